@@ -1,0 +1,33 @@
+# assay_add_oracle(<op> SOURCES <files...> [TESTS <files...>] [LABELS <labels...>])
+#
+# One call per op, in reference/<op>/CMakeLists.txt. Builds the oracle library assay_ref_<op>
+# (linked into the assay CLI through fixtures/) and, if TESTS are given, the Catch2 executable
+# test_<op>, whose test cases become CTest tests named "<op>.<test case>" with labels cpu;L0
+# plus any LABELS given.
+function(assay_add_oracle op)
+  cmake_parse_arguments(A "" "" "SOURCES;TESTS;LABELS" ${ARGN})
+  add_library(assay_ref_${op} STATIC ${A_SOURCES})
+  target_include_directories(assay_ref_${op} PUBLIC ${PROJECT_SOURCE_DIR})
+  target_link_libraries(assay_ref_${op} PUBLIC assay_core)
+  set_property(GLOBAL APPEND PROPERTY ASSAY_ORACLE_LIBS assay_ref_${op})
+  if(A_TESTS)
+    assay_add_catch_test(test_${op} SOURCES ${A_TESTS} LINK assay_ref_${op} PREFIX "${op}." LABELS ${A_LABELS})
+  endif()
+endfunction()
+
+# assay_add_catch_test(<exe> SOURCES <files...> LINK <libs...> PREFIX <p> [LABELS <labels...>])
+function(assay_add_catch_test exe)
+  cmake_parse_arguments(A "" "PREFIX" "SOURCES;LINK;LABELS" ${ARGN})
+  add_executable(${exe} ${A_SOURCES})
+  target_include_directories(${exe} PRIVATE ${PROJECT_SOURCE_DIR}/cmake ${PROJECT_SOURCE_DIR})
+  target_link_libraries(${exe} PRIVATE ${A_LINK} ${ASSAY_CATCH2_MAIN})
+  target_compile_definitions(${exe} PRIVATE ASSAY_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
+                             ASSAY_BINARY_DIR="${PROJECT_BINARY_DIR}")
+  catch_discover_tests(${exe} TEST_PREFIX "${A_PREFIX}" PROPERTIES TIMEOUT 900)
+  # Labels (a list) cannot pass through catch_discover_tests' PROPERTIES: set them on the
+  # discovered list <exe>_TESTS from an include file that CTest reads after discovery.
+  set(_labels cpu L0 ${A_LABELS})
+  file(WRITE ${CMAKE_CURRENT_BINARY_DIR}/${exe}_labels.cmake
+       "if(${exe}_TESTS)\n  set_tests_properties(\${${exe}_TESTS} PROPERTIES LABELS \"${_labels}\")\nendif()\n")
+  set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES ${CMAKE_CURRENT_BINARY_DIR}/${exe}_labels.cmake)
+endfunction()

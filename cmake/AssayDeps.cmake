@@ -1,0 +1,43 @@
+# Dependencies: Debian packages only (scripts/setup installs them).
+find_package(Eigen3 3.4 REQUIRED NO_MODULE)
+find_package(OpenMP REQUIRED COMPONENTS CXX)
+find_package(HDF5 REQUIRED COMPONENTS C)
+find_package(nlohmann_json 3 REQUIRED)
+find_package(CLI11 REQUIRED)
+find_package(fmt REQUIRED)
+find_package(tomlplusplus REQUIRED)
+find_package(benchmark QUIET)
+
+# Catch2: v2.13 from Debian here, v3 on the GPU machine. tests/catch_compat.h hides the difference.
+find_package(Catch2 3 QUIET)
+if(Catch2_FOUND)
+  set(ASSAY_CATCH2_MAJOR 3)
+  set(ASSAY_CATCH2_MAIN Catch2::Catch2WithMain)
+else()
+  find_package(Catch2 2 REQUIRED)
+  set(ASSAY_CATCH2_MAJOR 2)
+  add_library(assay_catch2_main STATIC ${PROJECT_SOURCE_DIR}/cmake/catch2_main.cpp)
+  target_link_libraries(assay_catch2_main PUBLIC Catch2::Catch2)
+  target_include_directories(assay_catch2_main PUBLIC ${PROJECT_SOURCE_DIR}/cmake)
+  set(ASSAY_CATCH2_MAIN assay_catch2_main)
+endif()
+include(Catch)
+
+# HDF5 behind one imported target. Header-only fmt and toml++ so that binaries built here link
+# only libhdf5 and libgomp beyond the C++ runtime (they run on the GPU machine as they are).
+add_library(assay_hdf5 INTERFACE)
+target_include_directories(assay_hdf5 INTERFACE ${HDF5_INCLUDE_DIRS})
+# Link libhdf5 alone (not its private deps: curl, crypto, sz), so binaries need only libhdf5.
+if(HDF5_C_LIBRARY_hdf5)
+  target_link_libraries(assay_hdf5 INTERFACE ${HDF5_C_LIBRARY_hdf5})
+else()
+  target_link_libraries(assay_hdf5 INTERFACE ${HDF5_C_LIBRARIES})
+endif()
+target_compile_definitions(assay_hdf5 INTERFACE ${HDF5_DEFINITIONS})
+
+add_library(assay_thirdparty INTERFACE)
+target_link_libraries(assay_thirdparty INTERFACE fmt::fmt-header-only nlohmann_json::nlohmann_json
+                      CLI11::CLI11 Eigen3::Eigen OpenMP::OpenMP_CXX)
+target_compile_definitions(assay_thirdparty INTERFACE TOML_HEADER_ONLY=1 TOML_EXCEPTIONS=1)
+get_target_property(_toml_inc tomlplusplus::tomlplusplus INTERFACE_INCLUDE_DIRECTORIES)
+target_include_directories(assay_thirdparty INTERFACE ${_toml_inc})

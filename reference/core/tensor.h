@@ -1,0 +1,61 @@
+// Tensors as the oracles, goldens and the runner exchange them: named, fp64 values, a logical
+// shape with one axis letter (or short name) per dimension from the shared vocabulary
+// (DESIGN.md: B, T, S, Sq, Sk, H, Hq, Hkv, HV, G, D, Dv, P, N, K, V, R, Q, L, M ...), and a dtype
+// (for inputs the storage dtype the values were rounded to; for outputs the kernel-facing dtype).
+// Layout is dense row-major over `shape`.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "reference/core/dtype.h"
+
+namespace assay {
+
+using Shape = std::vector<int64_t>;
+
+int64_t numel(const Shape& s);
+std::string shape_str(const Shape& s);  // "[2, 63, 4]"
+
+struct Tensor {
+  std::string name;
+  std::vector<std::string> axes;  // one per dimension, e.g. {"B", "T", "H", "D"}
+  Shape shape;
+  DType dtype = DType::f64;
+  std::vector<double> data;  // row-major, numel(shape) values
+
+  int64_t size() const { return static_cast<int64_t>(data.size()); }
+  // "[b=1, t=62, h=3]" style multi-index of a flat offset, in the tensor's axis letters.
+  std::string index_str(int64_t flat) const;
+  std::vector<int64_t> unravel(int64_t flat) const;
+};
+
+// One expected output of an op.
+struct Output {
+  Tensor expected;                           // fp64 truth; expected.dtype = kernel-facing dtype
+  std::optional<std::vector<double>> bound;  // per-element error-bound magnitude (e.g. sum_j p|v|)
+  std::optional<std::vector<uint64_t>> rounded;  // spec-rounded codes in expected.dtype (exact answer)
+  bool allow_nonfinite = false;  // the truth itself holds NaN/Inf (e.g. quantizing NaN input)
+};
+
+// Measured agreement of the two oracle forms on one tensor.
+struct FormAgreement {
+  std::string tensor;
+  std::string form_a, form_b;
+  double max_rel = 0;  // agreement_rel(a, b)
+};
+
+struct OracleResult {
+  std::vector<Output> outputs;
+  std::vector<Tensor> intermediates;  // chunk states, split partials, trajectories (fp64)
+  std::vector<FormAgreement> agreement;
+};
+
+// Relative agreement of two fp64 arrays, the one metric used for "the two forms agree to 1e-12"
+// and for `assay gen --check`:  max_i |a_i - b_i| / max(|b_i|, rms(b)), with rms(b) the
+// root-mean-square of b (a tensor-scale floor, so exact cancellations do not divide by ~0).
+// 0 for empty arrays; +inf if exactly one side is NaN/Inf at some position or they differ there.
+double agreement_rel(const std::vector<double>& a, const std::vector<double>& b);
+
+}  // namespace assay

@@ -1,0 +1,22 @@
+// The assay CLI: subcommand entry points and shared options.
+#pragma once
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+namespace assay::cli {
+
+struct Common {
+  bool json = false;
+  std::string fixtures_dir;  // default: <source>/fixtures
+};
+
+void add_gen(CLI::App& app, Common& common, int& rc);
+void add_inspect(CLI::App& app, Common& common, int& rc);
+void add_compare(CLI::App& app, Common& common, int& rc);
+
+std::string default_fixtures_dir();
+std::string default_golden_dir(const std::string& level);  // L0: <source>/golden, else <build>/golden-<level>
+
+}  // namespace assay::cli

@@ -1,0 +1,133 @@
+// assay compare GOLDEN CANDIDATE: checks a candidate HDF5 (outputs under the golden's names, as
+// /outputs/<name> or /<name>) against a golden. This is how Python, Triton, TileLang and CuTe
+// kernels are checked: read the golden's /inputs, run the kernel, write the candidate, compare.
+//
+// Candidate datasets: any float type (fp64/fp32/fp16; bf16 upcast to fp32 is exact), or integer
+// storage codes with a string attribute dtype = "bf16" | "fp8e4m3" | ... . Shapes must match.
+#include <algorithm>
+#include <iostream>
+#include <memory>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "reference/core/check.h"
+#include "verify/cli/cli.h"
+#include "verify/compare.h"
+#include "verify/golden.h"
+#include "verify/h5.h"
+#include "verify/stale.h"
+
+namespace assay::cli {
+namespace {
+
+struct CompareOpts {
+  std::string golden, candidate;
+  std::vector<std::string> outputs;
+  bool no_fixture_check = false;
+  double atol = -1, rtol = -1;
+};
+
+std::vector<double> read_candidate(const h5::File& f, const Output& o) {
+  const auto& e = o.expected;
+  std::string ds = "/outputs/" + e.name;
+  if (!f.exists(ds)) ds = "/" + e.name;
+  if (!f.exists(ds))
+    throw InputError(fmt::format("{}: /outputs/{}: missing dataset (the golden's output '{}')", f.path(), e.name, e.name));
+  const auto inf = f.info(ds);
+  if (inf.shape != e.shape)
+    throw InputError(fmt::format("{}: {}: wrong shape {} (golden {} {})", f.path(), ds, shape_str(inf.shape),
+                                 e.name, shape_str(e.shape)));
+  if (f.has_attr(ds, "dtype")) {
+    const auto s = f.attr_str(ds, "dtype");
+    const auto d = parse_dtype(s);
+    if (!d) throw InputError(fmt::format("{}: {}: unknown dtype '{}'", f.path(), ds, s));
+    if (*d != e.dtype && *d != DType::f32 && *d != DType::f64)
+      throw InputError(fmt::format("{}: {}: wrong dtype {} (golden output '{}' is {})", f.path(), ds, s, e.name, name(e.dtype)));
+    if (inf.is_integer && info(*d).is_float) {
+      if (static_cast<int>(inf.elem_size) != info(*d).storage_bytes)
+        throw InputError(fmt::format("{}: {}: {}-byte integers cannot hold {} codes", f.path(), ds, inf.elem_size, s));
+      auto codes = f.read_u64(ds);
+      std::vector<double> v(codes.size());
+      for (size_t i = 0; i < v.size(); ++i) {
+        if (info(*d).bits < 64 && (codes[i] >> info(*d).bits) != 0)
+          throw InputError(fmt::format("{}: {}: element {} holds {:#x}, not a {} code", f.path(), ds, i, codes[i], s));
+        v[i] = decode(*d, codes[i]);
+      }
+      return v;
+    }
+  }
+  if (inf.is_integer && info(e.dtype).is_float)
+    throw InputError(fmt::format("{}: {}: integer dataset for {} output '{}' needs a string attribute dtype naming its codes",
+                                 f.path(), ds, name(e.dtype), e.name));
+  return f.read_f64(ds);
+}
+
+int run_compare(const CompareOpts& o, const Common& common) {
+  const Golden g = read_golden(o.golden);
+  const auto stale = check_stale(g, o.no_fixture_check ? "" : common.fixtures_dir);
+  nlohmann::json js{{"golden", o.golden}, {"candidate", o.candidate}, {"op", g.prov.op}, {"case", g.prov.case_name},
+                    {"fixture_checked", !o.no_fixture_check}};
+  if (stale.stale) {
+    js["verdict"] = verdict_name(Verdict::Stale);
+    js["reason"] = stale.reason;
+    if (common.json) std::cout << js.dump(2) << "\n";
+    else fmt::print("Stale      {}/{}: {}\n", g.prov.op, g.prov.case_name, stale.reason);
+    return exit_code(Verdict::Stale);
+  }
+  const auto cand = h5::File::open_read(o.candidate);
+  const auto policy = TolerancePolicy::load(common.fixtures_dir);
+  Verdict verdict = Verdict::Passed;
+  std::vector<TensorReport> reports;
+  for (const auto& out : g.outputs) {
+    if (!o.outputs.empty() && std::find(o.outputs.begin(), o.outputs.end(), out.expected.name) == o.outputs.end()) continue;
+    Tolerance tol = policy.lookup(g.prov.op, out.expected.name, out.expected.dtype);
+    if (o.atol >= 0 || o.rtol >= 0) {
+      tol = Tolerance{};
+      tol.atol = std::max(0.0, o.atol);
+      tol.rtol = std::max(0.0, o.rtol);
+      tol.why = "given on the command line";
+      tol.source = "--atol/--rtol";
+    }
+    reports.push_back(compare_tensor(out, read_candidate(cand, out), tol));
+    if (reports.back().verdict != Verdict::Passed) verdict = Verdict::Incorrect;
+  }
+  if (reports.empty()) throw InputError(fmt::format("{}: --output selects none of the golden's outputs", o.golden));
+  if (common.json) {
+    js["verdict"] = verdict_name(verdict);
+    for (const auto& r : reports)
+      js["tensors"].push_back({{"name", r.name}, {"dtype", name(r.dtype)}, {"shape", r.shape}, {"verdict", verdict_name(r.verdict)},
+                               {"max_abs", r.max_abs}, {"max_rel", r.max_rel}, {"rms_rel", r.rms_rel}, {"cosine", r.cosine},
+                               {"ulp_max", r.ulp_max}, {"ulp_p99", r.ulp_p99}, {"mismatches", r.mismatches},
+                               {"nonfinite_mismatches", r.nonfinite_mismatches}, {"first_mismatch", r.first_bad_index},
+                               {"worst_mismatch", r.worst_index}, {"never_pass", r.never_pass},
+                               {"tolerance", {{"atol", r.tol.atol}, {"rtol", r.tol.rtol}, {"bound_k", r.tol.bound_k},
+                                              {"exact", r.tol.exact}, {"max_mismatch", r.tol.max_mismatch},
+                                              {"why", r.tol.why}, {"source", r.tol.source}}}});
+    std::cout << js.dump(2) << "\n";
+  } else {
+    fmt::print("{}/{}: golden {} vs candidate {}{}\n", g.prov.op, g.prov.case_name, o.golden, o.candidate,
+               o.no_fixture_check ? " (fixture not checked: --no-fixture-check)" : "");
+    for (const auto& r : reports) fmt::print("  {}\n    tolerance {}: {}\n", r.summary(), r.tol.source, r.tol.why);
+    fmt::print("{} {}/{}\n", verdict_name(verdict), g.prov.op, g.prov.case_name);
+  }
+  return exit_code(verdict);
+}
+
+}  // namespace
+
+void add_compare(CLI::App& app, Common& common, int& rc) {
+  auto o = std::make_shared<CompareOpts>();
+  auto* s = app.add_subcommand("compare", "Compare a candidate HDF5 (a kernel's outputs) with a golden");
+  s->add_option("golden", o->golden, "Golden .h5")->required();
+  s->add_option("candidate", o->candidate, "Candidate .h5 with /outputs/<name> datasets")->required();
+  s->add_option("--output", o->outputs, "Compare only these outputs");
+  s->add_option("--fixtures", common.fixtures_dir, "Fixtures directory (staleness check and tolerance policy)");
+  s->add_flag("--no-fixture-check", o->no_fixture_check, "Skip regenerating inputs from the fixture (hashes still checked)");
+  s->add_option("--atol", o->atol, "Override the policy: absolute tolerance");
+  s->add_option("--rtol", o->rtol, "Override the policy: relative tolerance");
+  s->add_flag("--json", common.json, "JSON report on stdout");
+  s->callback([o, &common, &rc] { rc = run_compare(*o, common); });
+}
+
+}  // namespace assay::cli

@@ -1,0 +1,315 @@
+// assay gen: fixtures -> goldens. Parallel over cases (OpenMP); HDF5 writes are serialised.
+//   assay gen [--op OP]... [--case GLOB] [--level L0|L1|L2] [--out DIR] [--check] [--list] [-j N]
+// --check regenerates in memory and compares with the stored goldens and MANIFEST: inputs
+// bit-identical, outputs within 1e-12 relative; missing, orphaned or stale files are reported.
+#include <fnmatch.h>
+#include <omp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <set>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "assay_build.h"
+#include "assay_git_rev.h"
+#include "fixtures/gen/op.h"
+#include "reference/core/check.h"
+#include "verify/cli/cli.h"
+#include "verify/golden.h"
+#include "verify/verdict.h"
+
+namespace fs = std::filesystem;
+
+namespace assay::cli {
+namespace {
+
+struct GenOpts {
+  std::vector<std::string> ops;
+  std::string case_glob = "*", level = "L0", out;
+  bool check = false, list = false, quiet = false;
+  int jobs = 0;
+};
+
+struct Job {
+  const gen::Fixture* fx;
+  const gen::Case* c;
+  const gen::OpDef* op;
+  std::string status = "ok";  // ok | input-error | disagreement | mismatch | error
+  std::vector<std::string> messages;
+  std::vector<FormAgreement> agreement;
+  std::string manifest;
+  double seconds = 0;
+};
+
+Golden pack(const gen::Case& c, gen::Generated&& g) {
+  Golden gd;
+  auto& p = gd.prov;
+  p.op = c.op;
+  p.case_name = c.name;
+  p.level = c.level;
+  p.case_toml = c.text;
+  p.seed = c.seed;
+  p.generator = std::string("assay ") + ASSAY_VERSION;
+  p.git_rev = ASSAY_GIT_REV;
+  p.compiler = ASSAY_CXX_COMPILER;
+  for (const auto& t : g.inputs) gd.input_hashes.push_back(gen::input_hash(t));
+  gd.inputs = std::move(g.inputs);
+  gd.outputs = std::move(g.result.outputs);
+  gd.intermediates = std::move(g.result.intermediates);
+  gd.agreement = std::move(g.result.agreement);
+  return gd;
+}
+
+std::map<std::string, std::string> read_manifest(const fs::path& p) {
+  std::map<std::string, std::string> m;
+  std::ifstream in(p);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    m[line.substr(0, line.find(' '))] = line;
+  }
+  return m;
+}
+
+void write_manifest(const fs::path& p, const std::map<std::string, std::string>& m) {
+  const auto tmp = p.string() + fmt::format(".tmp.{}", ::getpid());
+  {
+    std::ofstream out(tmp);
+    out << "# assay golden manifest: <op>/<case>.h5 <level> <input>=<fnv1a64 of storage bits> ...\n"
+           "# Written by `assay gen`; checked by `assay gen --check`. Do not edit by hand.\n";
+    for (const auto& [k, v] : m) out << v << "\n";
+    if (!out) throw InputError(fmt::format("{}: cannot write", tmp));
+  }
+  fs::rename(tmp, p);
+}
+
+int run_gen(const GenOpts& o, const Common& common) {
+  if (o.level != "L0" && o.level != "L1" && o.level != "L2")
+    throw InputError(fmt::format("--level: expected L0, L1 or L2 (got '{}')", o.level));
+  // Which fixture files.
+  std::vector<std::string> ops = o.ops;
+  if (ops.empty()) {
+    std::error_code ec;
+    if (!fs::is_directory(common.fixtures_dir, ec)) throw InputError(fmt::format("{}: no such fixtures directory", common.fixtures_dir));
+    for (const auto& de : fs::directory_iterator(common.fixtures_dir))
+      if (de.path().extension() == ".toml") ops.push_back(de.path().stem().string());
+    std::sort(ops.begin(), ops.end());
+  }
+  std::vector<std::unique_ptr<gen::Fixture>> fixtures;
+  std::vector<Job> jobs;
+  for (const auto& name : ops) {
+    const auto* op = gen::find_op(name);
+    const auto path = (fs::path(common.fixtures_dir) / (name + ".toml")).string();
+    if (!op) {
+      std::string known;
+      for (const auto& n : gen::op_names()) known += (known.empty() ? "" : ", ") + n;
+      throw InputError(fmt::format("{}: unknown op '{}' (built-in ops: {})", path, name, known));
+    }
+    fixtures.push_back(std::make_unique<gen::Fixture>(gen::load_fixture(path)));
+    for (const auto& c : fixtures.back()->cases)
+      if (c.level == o.level && fnmatch(o.case_glob.c_str(), c.name.c_str(), 0) == 0)
+        jobs.push_back(Job{fixtures.back().get(), &c, op, "ok", {}, {}, {}, 0});
+  }
+  if (o.list) {
+    for (const auto& j : jobs) std::cout << j.c->op << "/" << j.c->name << "  " << j.c->level << "\n";
+    return kExitPass;
+  }
+  const fs::path out = o.out.empty() ? fs::path(default_golden_dir(o.level)) : fs::path(o.out);
+  const bool tty = isatty(fileno(stderr)) && !o.quiet && !common.json;
+  int done = 0;
+  const int n = static_cast<int>(jobs.size());
+  const auto t0 = std::chrono::steady_clock::now();
+  if (!o.check) fs::create_directories(out);
+
+#pragma omp parallel for schedule(dynamic, 1) num_threads(o.jobs > 0 ? o.jobs : omp_get_max_threads())
+  for (int i = 0; i < n; ++i) {
+    Job& j = jobs[static_cast<size_t>(i)];
+    const auto s0 = std::chrono::steady_clock::now();
+    const auto file = out / golden_rel_path(j.c->op, j.c->name);
+    try {
+      Golden g = pack(*j.c, gen::generate_case(*j.op, *j.c));
+      j.agreement = g.agreement;
+      j.manifest = manifest_line(g);
+      if (o.check) {
+        std::error_code ec;
+        if (!fs::exists(file, ec)) {
+          j.status = "mismatch";
+          j.messages.push_back(fmt::format("{}: missing (run: assay gen --op {})", file.string(), j.c->op));
+        } else {
+          Golden stored;
+#pragma omp critical(hdf5)
+          {
+            try {
+              stored = read_golden(file.string());
+            } catch (const std::exception& e) {
+              j.messages.push_back(e.what());
+            }
+          }
+          if (!j.messages.empty()) j.status = "mismatch";
+          else {
+            j.messages = golden_diff(g, stored);
+            if (!j.messages.empty()) j.status = "mismatch";
+          }
+        }
+      } else {
+#pragma omp critical(hdf5)
+        write_golden(file.string(), g);
+      }
+    } catch (const InputError& e) {
+      j.status = "input-error";
+      j.messages.push_back(e.what());
+    } catch (const OracleDisagreement& e) {
+      j.status = "disagreement";
+      j.messages.push_back(e.what());
+    } catch (const std::exception& e) {
+      j.status = "error";
+      j.messages.push_back(e.what());
+    }
+    j.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
+#pragma omp critical(progress)
+    {
+      ++done;
+      if (tty) {
+        const int w = 30, f = n ? done * w / n : w;
+        fmt::print(stderr, "\r[{}{}] {}/{} {:<50.50}", std::string(static_cast<size_t>(f), '#'),
+                   std::string(static_cast<size_t>(w - f), '.'), done, n, j.c->op + "/" + j.c->name);
+        if (done == n) fmt::print(stderr, "\n");
+      } else if (!o.quiet && !common.json) {
+        fmt::print(stderr, "gen [{}/{}] {}/{} {} ({:.2f} s)\n", done, n, j.c->op, j.c->name, j.status, j.seconds);
+      }
+    }
+  }
+
+  // MANIFEST, orphans.
+  std::vector<std::string> global_msgs;
+  const bool whole_ops = o.case_glob == "*";
+  const fs::path mpath = out / "MANIFEST";
+  auto manifest = read_manifest(mpath);
+  std::map<std::string, std::string> fresh;
+  for (const auto& j : jobs)
+    if (!j.manifest.empty()) fresh[golden_rel_path(j.c->op, j.c->name)] = j.manifest;
+  std::set<std::string> processed_ops(ops.begin(), ops.end());
+  auto op_of = [](const std::string& key) { return key.substr(0, key.find('/')); };
+  bool all_ok = std::all_of(jobs.begin(), jobs.end(), [](const Job& j) { return j.status == "ok"; });
+  if (whole_ops) {
+    for (const auto& opname : processed_ops) {
+      const fs::path dir = out / opname;
+      std::error_code ec;
+      if (!fs::is_directory(dir, ec)) continue;
+      for (const auto& de : fs::directory_iterator(dir)) {
+        if (de.path().extension() != ".h5") continue;
+        const auto key = opname + "/" + de.path().filename().string();
+        bool known = false;
+        for (const auto& j : jobs) known |= golden_rel_path(j.c->op, j.c->name) == key;
+        if (known) continue;
+        if (o.check) global_msgs.push_back(fmt::format("{}: orphan golden (no {} case in its fixture)", de.path().string(), o.level));
+        else {
+          fs::remove(de.path());
+          if (!o.quiet && !common.json) fmt::print(stderr, "gen: removed orphan {}\n", de.path().string());
+        }
+      }
+    }
+  }
+  if (o.check) {
+    for (const auto& [k, v] : fresh) {
+      auto it = manifest.find(k);
+      if (it == manifest.end()) global_msgs.push_back(fmt::format("{}: no MANIFEST entry for {}", mpath.string(), k));
+      else if (it->second != v) global_msgs.push_back(fmt::format("{}: entry for {} differs:\n  have {}\n  want {}", mpath.string(), k, it->second, v));
+    }
+    if (whole_ops)
+      for (const auto& [k, v] : manifest)
+        if (processed_ops.count(op_of(k)) && !fresh.count(k))
+          global_msgs.push_back(fmt::format("{}: entry {} has no {} case", mpath.string(), k, o.level));
+  } else if (all_ok || !fresh.empty()) {
+    if (whole_ops)
+      for (auto it = manifest.begin(); it != manifest.end();)
+        it = processed_ops.count(op_of(it->first)) && !fresh.count(it->first) ? manifest.erase(it) : std::next(it);
+    for (const auto& [k, v] : fresh) manifest[k] = v;
+    if (!jobs.empty() || whole_ops) write_manifest(mpath, manifest);
+  }
+
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  int rc = kExitPass;
+  int n_ok = 0;
+  for (const auto& j : jobs) {
+    if (j.status == "ok") ++n_ok;
+    else if (j.status == "input-error") rc = std::max(rc, kExitInput);
+    else if (j.status == "error") rc = std::max(rc, kExitCouldNotRun);
+    else if (rc != kExitInput && rc != kExitCouldNotRun) rc = kExitFail;
+  }
+  if (!global_msgs.empty() && rc == kExitPass) rc = kExitFail;
+  if (jobs.empty() && rc == kExitPass && !o.ops.empty()) {
+    // An explicit --op/--case selecting nothing is a usage error, not a silent pass.
+    throw InputError(fmt::format("no {} case matches --case '{}' in the selected fixtures", o.level, o.case_glob));
+  }
+
+  if (common.json) {
+    nlohmann::json js;
+    js["command"] = o.check ? "gen --check" : "gen";
+    js["level"] = o.level;
+    js["out"] = out.string();
+    js["seconds"] = secs;
+    js["exit_code"] = rc;
+    for (const auto& j : jobs) {
+      nlohmann::json a = nlohmann::json::array();
+      for (const auto& x : j.agreement) a.push_back({{"tensor", x.tensor}, {"forms", x.form_a + " vs " + x.form_b}, {"max_rel", x.max_rel}});
+      js["cases"].push_back({{"op", j.c->op}, {"case", j.c->name}, {"status", j.status}, {"seconds", j.seconds},
+                             {"agreement", a}, {"messages", j.messages}});
+    }
+    js["messages"] = global_msgs;
+    std::cout << js.dump(2) << "\n";
+  } else {
+    for (const auto& j : jobs)
+      for (const auto& m : j.messages) std::cerr << "assay gen: " << j.c->op << "/" << j.c->name << ": " << j.status << ": " << m << "\n";
+    for (const auto& m : global_msgs) std::cerr << "assay gen: " << m << "\n";
+    struct OpRow {
+      int cases = 0, ok = 0;
+      double worst = 0, secs = 0;
+    };
+    std::map<std::string, OpRow> rows;
+    double worst = 0;
+    for (const auto& j : jobs) {
+      auto& r = rows[j.c->op];
+      ++r.cases;
+      r.ok += j.status == "ok";
+      r.secs += j.seconds;
+      for (const auto& a : j.agreement) r.worst = std::max(r.worst, a.max_rel), worst = std::max(worst, a.max_rel);
+    }
+    {
+      fmt::print("{:<20} {:>6} {:>6} {:>18} {:>9}\n", "op", "cases", "ok", "oracle agreement", "cpu s");
+      for (const auto& [op, r] : rows) fmt::print("{:<20} {:>6} {:>6} {:>18.2e} {:>9.2f}\n", op, r.cases, r.ok, r.worst, r.secs);
+    }
+    fmt::print("assay gen{}: {}/{} {} cases {} in {:.1f} s (worst oracle-form agreement {:.2e}) -> {}\n",
+               o.check ? " --check" : "", n_ok, n, o.level, o.check ? "match" : "written", secs, worst, out.string());
+  }
+  return rc;
+}
+
+}  // namespace
+
+void add_gen(CLI::App& app, Common& common, int& rc) {
+  auto o = std::make_shared<GenOpts>();
+  auto* s = app.add_subcommand("gen", "Generate goldens from fixtures (both oracle forms, cross-checked)");
+  s->add_option("--op", o->ops, "Only these ops (default: every fixtures/*.toml)");
+  s->add_option("--case", o->case_glob, "Only cases whose name matches this glob");
+  s->add_option("--level", o->level, "Fixture level: L0 (committed), L1, L2")->check(CLI::IsMember({"L0", "L1", "L2"}));
+  s->add_option("--out", o->out, "Output directory (default: golden/ for L0, <build>/golden-<level> otherwise)");
+  s->add_option("--fixtures", common.fixtures_dir, "Fixtures directory");
+  s->add_flag("--check", o->check, "Regenerate in memory and compare with the stored goldens and MANIFEST");
+  s->add_flag("--list", o->list, "List the selected cases and exit");
+  s->add_flag("--json", common.json, "Machine-readable summary on stdout");
+  s->add_flag("-q,--quiet", o->quiet, "No progress output");
+  s->add_option("-j,--jobs", o->jobs, "Parallel cases (default: all cores)");
+  s->callback([o, &common, &rc] { rc = run_gen(*o, common); });
+}
+
+}  // namespace assay::cli

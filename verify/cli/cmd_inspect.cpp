@@ -1,0 +1,88 @@
+// assay inspect FILE...: what a golden holds (provenance, inputs, outputs, bounds, intermediates).
+#include <iostream>
+#include <memory>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "verify/cli/cli.h"
+#include "verify/golden.h"
+#include "verify/verdict.h"
+
+namespace assay::cli {
+namespace {
+
+std::string axes_str(const std::vector<std::string>& a) {
+  std::string s = "[";
+  for (size_t i = 0; i < a.size(); ++i) s += (i ? "," : "") + a[i];
+  return s + "]";
+}
+
+nlohmann::json to_json(const std::string& path, const Golden& g) {
+  const auto& p = g.prov;
+  nlohmann::json j{{"file", path}, {"schema_version", p.schema_version}, {"op", p.op}, {"case", p.case_name},
+                   {"level", p.level}, {"seed", p.seed}, {"rng", p.rng}, {"generator", p.generator},
+                   {"git_rev", p.git_rev}, {"compiler", p.compiler}, {"case_toml", p.case_toml}};
+  for (size_t i = 0; i < g.inputs.size(); ++i) {
+    const auto& t = g.inputs[i];
+    j["inputs"].push_back({{"name", t.name}, {"dtype", name(t.dtype)}, {"shape", t.shape}, {"axes", t.axes},
+                           {"fnv1a64", g.input_hashes[i]}});
+  }
+  for (const auto& o : g.outputs)
+    j["outputs"].push_back({{"name", o.expected.name}, {"dtype", name(o.expected.dtype)}, {"shape", o.expected.shape},
+                            {"axes", o.expected.axes}, {"bound", o.bound.has_value()},
+                            {"rounded", o.rounded.has_value()}, {"allow_nonfinite", o.allow_nonfinite}});
+  for (const auto& t : g.intermediates) j["intermediates"].push_back({{"name", t.name}, {"shape", t.shape}, {"axes", t.axes}});
+  for (const auto& a : g.agreement)
+    j["agreement"].push_back({{"tensor", a.tensor}, {"forms", a.form_a + " vs " + a.form_b}, {"max_rel", a.max_rel}});
+  return j;
+}
+
+void print(const std::string& path, const Golden& g) {
+  const auto& p = g.prov;
+  fmt::print("{}\n  op {}  case {}  level {}  seed {}  schema v{}\n  rng {}  generator {}  git {}  compiler {}\n",
+             path, p.op, p.case_name, p.level, p.seed, p.schema_version, p.rng, p.generator, p.git_rev, p.compiler);
+  fmt::print("  inputs:\n");
+  for (size_t i = 0; i < g.inputs.size(); ++i) {
+    const auto& t = g.inputs[i];
+    fmt::print("    {:<14} {:<8} {:<22} {:<14} fnv1a64={}\n", t.name, name(t.dtype), shape_str(t.shape), axes_str(t.axes),
+               g.input_hashes[i]);
+  }
+  fmt::print("  outputs (fp64 truth; dtype = kernel-facing):\n");
+  for (const auto& o : g.outputs)
+    fmt::print("    {:<14} {:<8} {:<22} {:<14}{}{}\n", o.expected.name, name(o.expected.dtype), shape_str(o.expected.shape),
+               axes_str(o.expected.axes), o.bound ? " +bound" : "", o.rounded ? " +rounded" : "");
+  if (!g.intermediates.empty()) {
+    fmt::print("  intermediates:\n");
+    for (const auto& t : g.intermediates) fmt::print("    {:<14} {:<22} {}\n", t.name, shape_str(t.shape), axes_str(t.axes));
+  }
+  fmt::print("  oracle agreement:\n");
+  for (const auto& a : g.agreement) fmt::print("    {:<14} {} vs {}: {:.3e}\n", a.tensor, a.form_a, a.form_b, a.max_rel);
+  fmt::print("  case:\n");
+  for (size_t s = 0, e; s < p.case_toml.size(); s = e + 1) {
+    e = p.case_toml.find('\n', s);
+    if (e == std::string::npos) e = p.case_toml.size();
+    fmt::print("    {}\n", p.case_toml.substr(s, e - s));
+  }
+}
+
+}  // namespace
+
+void add_inspect(CLI::App& app, Common& common, int& rc) {
+  auto files = std::make_shared<std::vector<std::string>>();
+  auto* s = app.add_subcommand("inspect", "Show the cases, shapes, dtypes and provenance of goldens");
+  s->add_option("files", *files, "Golden .h5 files")->required();
+  s->add_flag("--json", common.json, "JSON on stdout");
+  s->callback([files, &common, &rc] {
+    nlohmann::json all = nlohmann::json::array();
+    for (const auto& f : *files) {
+      const auto g = read_golden(f);
+      if (common.json) all.push_back(to_json(f, g));
+      else print(f, g);
+    }
+    if (common.json) std::cout << all.dump(2) << "\n";
+    rc = kExitPass;
+  });
+}
+
+}  // namespace assay::cli

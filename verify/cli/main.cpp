@@ -1,0 +1,61 @@
+// assay: fixtures -> goldens (gen), what a golden holds (inspect), golden vs candidate (compare).
+// Exit codes: 0 pass, 1 numerical failure, 2 usage or input error, 125 could not run.
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+
+#include "assay_build.h"
+#include "reference/core/check.h"
+#include "verify/cli/cli.h"
+#include "verify/verdict.h"
+
+namespace assay::cli {
+
+std::string default_fixtures_dir() {
+  if (const char* e = std::getenv("ASSAY_FIXTURES")) return e;
+  return std::string(ASSAY_SOURCE_DIR) + "/fixtures";
+}
+std::string default_golden_dir(const std::string& level) {
+  if (level == "L0") {
+    if (const char* e = std::getenv("ASSAY_GOLDEN")) return e;
+    return std::string(ASSAY_SOURCE_DIR) + "/golden";
+  }
+  return std::string(ASSAY_BINARY_DIR) + "/golden-" + level;
+}
+
+}  // namespace assay::cli
+
+int main(int argc, char** argv) {
+  using namespace assay;
+  CLI::App app{"assay " ASSAY_VERSION ": reference oracles, goldens and a differential gate for GPU kernels"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("assay ") + ASSAY_VERSION);
+  cli::Common common;
+  common.fixtures_dir = cli::default_fixtures_dir();
+  int rc = kExitPass;
+  cli::add_gen(app, common, rc);
+  cli::add_inspect(app, common, rc);
+  cli::add_compare(app, common, rc);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "assay: usage error: " << e.what() << " (see assay --help)\n";
+    return kExitInput;
+  } catch (const InputError& e) {
+    std::cerr << "assay: error: " << e.what() << "\n";
+    return kExitInput;
+  } catch (const OracleDisagreement& e) {
+    std::cerr << "assay: oracle disagreement: " << e.what() << "\n";
+    return kExitFail;
+  } catch (const std::exception& e) {
+    std::cerr << "assay: internal error: " << e.what() << "\n";
+    return kExitCouldNotRun;
+  }
+  return rc;
+}

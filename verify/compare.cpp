@@ -1,0 +1,130 @@
+#include "verify/compare.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "reference/core/check.h"
+
+namespace assay {
+
+static const char* nf_class(double x) { return std::isnan(x) ? "NaN" : (x > 0 ? "+Inf" : "-Inf"); }
+
+TensorReport compare_tensor(const Output& golden, const std::vector<double>& a, const Tolerance& tol) {
+  const Tensor& g = golden.expected;
+  ASSAY_CHECK(a.size() == g.data.size(), "compare {}: {} candidate values for {} expected", g.name, a.size(), g.data.size());
+  TensorReport r;
+  r.name = g.name;
+  r.dtype = g.dtype;
+  r.shape = g.shape;
+  r.n = g.size();
+  r.tol = tol;
+  const auto& e = g.data;
+  const size_t n = e.size();
+
+  double emax = 0;
+  for (double x : e)
+    if (std::isfinite(x)) emax = std::max(emax, std::fabs(x));
+  const double rel_floor = 1e-6 * emax;
+
+  double se = 0, sd = 0, sa = 0, sae = 0;
+  std::vector<double> ulps;
+  ulps.reserve(n);
+  int64_t nonfinite_first = -1;
+  double worst_excess = -1;
+  const bool float_dtype = info(g.dtype).is_float;
+  for (size_t i = 0; i < n; ++i) {
+    const double x = a[i], y = e[i];
+    bool bad = false;
+    if (!std::isfinite(y) || !std::isfinite(x)) {
+      const bool same = (std::isnan(x) && std::isnan(y)) || (std::isinf(x) && x == y);
+      if (!same) {
+        ++r.nonfinite_mismatches;
+        if (nonfinite_first < 0) nonfinite_first = static_cast<int64_t>(i);
+        bad = true;
+      }
+    } else {
+      const double d = std::fabs(x - y);
+      se += y * y, sd += d * d, sa += x * x, sae += x * y;
+      r.max_abs = std::max(r.max_abs, d);
+      const double den = std::max(std::fabs(y), rel_floor);
+      if (d > 0) r.max_rel = std::max(r.max_rel, den > 0 ? d / den : INFINITY);
+      if (float_dtype) ulps.push_back(d / ulp(g.dtype, y));
+      if (tol.exact) {
+        // The exact answer: the golden's spec-rounded code, else the fp64 truth itself. Zeros
+        // compare by value (+0 == -0), NaN as a class.
+        const double want = golden.rounded ? decode(g.dtype, (*golden.rounded)[i]) : y;
+        bad = !(x == want || (std::isnan(x) && std::isnan(want)));
+      } else {
+        const double allowed = tol.atol + tol.rtol * std::fabs(y) + (golden.bound ? tol.bound_k * (*golden.bound)[i] : 0.0);
+        bad = !(d <= allowed);
+        if (bad && d - allowed > worst_excess) {
+          worst_excess = d - allowed;
+          r.worst = static_cast<int64_t>(i);
+          r.worst_allowed = allowed;
+        }
+      }
+      if (bad && tol.exact && r.worst < 0) r.worst = static_cast<int64_t>(i);
+    }
+    if (bad) {
+      ++r.mismatches;
+      if (r.first_bad < 0) r.first_bad = static_cast<int64_t>(i);
+    }
+  }
+  r.rms_rel = se > 0 ? std::sqrt(sd / se) : (sd > 0 ? INFINITY : 0.0);
+  r.cosine = (se > 0 && sa > 0) ? sae / std::sqrt(se * sa) : (se == 0 && sa == 0 ? 1.0 : 0.0);
+  if (!ulps.empty()) {
+    r.ulp_max = *std::max_element(ulps.begin(), ulps.end());
+    const size_t k = static_cast<size_t>(std::ceil(0.99 * static_cast<double>(ulps.size()))) - 1;
+    std::nth_element(ulps.begin(), ulps.begin() + static_cast<ptrdiff_t>(k), ulps.end());
+    r.ulp_p99 = ulps[k];
+  }
+  if (r.worst < 0 && r.first_bad >= 0) r.worst = r.first_bad;
+  if (r.first_bad >= 0) r.first_bad_index = g.index_str(r.first_bad);
+  if (r.worst >= 0) {
+    r.worst_index = g.index_str(r.worst);
+    r.worst_actual = a[static_cast<size_t>(r.worst)];
+    r.worst_expected = e[static_cast<size_t>(r.worst)];
+  }
+
+  // Never-pass rules.
+  if (r.nonfinite_mismatches > 0) {
+    const auto i = static_cast<size_t>(nonfinite_first);
+    r.never_pass.push_back(fmt::format("{} NaN/Inf position mismatch(es); first at {}: candidate {} where golden is {}",
+                                       r.nonfinite_mismatches, g.index_str(nonfinite_first),
+                                       std::isfinite(a[i]) ? fmt::format("{:g}", a[i]) : nf_class(a[i]),
+                                       std::isfinite(e[i]) ? fmt::format("{:g}", e[i]) : nf_class(e[i])));
+  }
+  const bool golden_all_zero = std::all_of(e.begin(), e.end(), [](double v) { return v == 0; });
+  const bool cand_all_zero = n > 0 && std::all_of(a.begin(), a.end(), [](double v) { return v == 0; });
+  if (cand_all_zero && !golden_all_zero) r.never_pass.push_back("candidate is all zero; golden is not");
+  auto constant = [](const std::vector<double>& v) {
+    return v.size() > 1 && std::all_of(v.begin(), v.end(), [&](double x) {
+             return x == v[0] || (std::isnan(x) && std::isnan(v[0]));
+           });
+  };
+  if (!cand_all_zero && constant(a) && !constant(e))
+    r.never_pass.push_back(fmt::format("candidate is constant ({:g}); golden is not", a.empty() ? 0.0 : a[0]));
+
+  r.verdict = (r.never_pass.empty() && r.mismatches - r.nonfinite_mismatches <= tol.max_mismatch &&
+               r.nonfinite_mismatches == 0)
+                  ? Verdict::Passed
+                  : Verdict::Incorrect;
+  return r;
+}
+
+std::string TensorReport::summary() const {
+  std::string s = fmt::format("{:<10} {:<9} {} n={} max_abs={:.3e} max_rel={:.3e} rms_rel={:.3e} cos={:.6f}",
+                              verdict_name(verdict), name, assay::name(dtype), n, max_abs, max_rel, rms_rel, cosine);
+  if (info(dtype).is_float) s += fmt::format(" ulp_max={:.3g} ulp_p99={:.3g}", ulp_max, ulp_p99);
+  s += fmt::format(" mismatches={}/{} (budget {})", mismatches, n, tol.max_mismatch);
+  if (first_bad >= 0) s += fmt::format(" first={}", first_bad_index);
+  if (worst >= 0)
+    s += fmt::format(" worst={} got {:.6g} want {:.6g}{}", worst_index, worst_actual, worst_expected,
+                     tol.exact ? "" : fmt::format(" allowed {:.3g}", worst_allowed));
+  for (const auto& np : never_pass) s += " | NEVER-PASS: " + np;
+  return s;
+}
+
+}  // namespace assay

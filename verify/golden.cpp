@@ -1,0 +1,294 @@
+#include "verify/golden.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "reference/core/check.h"
+#include "verify/h5.h"
+
+namespace assay {
+
+const Output* Golden::output(std::string_view name) const {
+  for (const auto& o : outputs)
+    if (o.expected.name == name) return &o;
+  return nullptr;
+}
+const Tensor* Golden::input(std::string_view name) const {
+  for (const auto& t : inputs)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+std::string golden_rel_path(const std::string& op, const std::string& case_name) {
+  return op + "/" + case_name + ".h5";
+}
+
+static h5::Elem code_elem(DType t) {
+  switch (info(t).storage_bytes) {
+    case 1: return t == DType::i8 ? h5::Elem::i8 : h5::Elem::u8;
+    case 2: return h5::Elem::u16;
+    case 4: return t == DType::i32 ? h5::Elem::i32 : h5::Elem::u32;
+    default: return t == DType::i64 ? h5::Elem::i64 : h5::Elem::u64;
+  }
+}
+
+static std::string join_axes(const std::vector<std::string>& a) {
+  std::string s;
+  for (size_t i = 0; i < a.size(); ++i) s += (i ? "," : "") + a[i];
+  return s;
+}
+static std::vector<std::string> split_axes(const std::string& s) {
+  std::vector<std::string> r;
+  if (s.empty()) return r;
+  size_t p = 0;
+  while (true) {
+    size_t q = s.find(',', p);
+    r.push_back(s.substr(p, q == std::string::npos ? std::string::npos : q - p));
+    if (q == std::string::npos) break;
+    p = q + 1;
+  }
+  return r;
+}
+
+static void write_codes(h5::File& f, const std::string& ds, DType t, const Shape& shape, const std::vector<uint64_t>& codes) {
+  const auto e = code_elem(t);
+  const int w = info(t).storage_bytes;
+  std::vector<uint8_t> buf(codes.size() * static_cast<size_t>(w));
+  for (size_t i = 0; i < codes.size(); ++i)
+    std::memcpy(buf.data() + i * static_cast<size_t>(w), &codes[i], static_cast<size_t>(w));  // little-endian host
+  f.write(ds, e, shape, buf.data());
+}
+
+void write_golden(const std::string& path, const Golden& g) {
+  namespace fs = std::filesystem;
+  fs::create_directories(fs::path(path).parent_path());
+  const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
+  try {
+    auto f = h5::File::create(tmp);
+    const auto& p = g.prov;
+    f.set_attr("/", "schema_version", p.schema_version);
+    f.set_attr("/", "op", p.op);
+    f.set_attr("/", "case", p.case_name);
+    f.set_attr("/", "level", p.level);
+    f.set_attr("/", "case_toml", p.case_toml);
+    f.set_attr("/", "seed", fmt::format("{}", p.seed));
+    f.set_attr("/", "rng", p.rng);
+    f.set_attr("/", "generator", p.generator);
+    f.set_attr("/", "git_rev", p.git_rev);
+    f.set_attr("/", "compiler", p.compiler);
+    nlohmann::json agr = nlohmann::json::array();
+    for (const auto& a : g.agreement)
+      agr.push_back({{"tensor", a.tensor}, {"form_a", a.form_a}, {"form_b", a.form_b}, {"max_rel", a.max_rel}});
+    f.set_attr("/", "oracle_agreement", agr.dump());
+
+    for (const char* grp : {"/inputs", "/expected", "/rounded", "/bounds", "/intermediates"}) f.create_group(grp);
+    for (size_t i = 0; i < g.inputs.size(); ++i) {
+      const auto& t = g.inputs[i];
+      std::vector<uint64_t> codes(t.data.size());
+      for (size_t k = 0; k < codes.size(); ++k) codes[k] = encode(t.dtype, t.data[k]);
+      const std::string ds = "/inputs/" + t.name;
+      write_codes(f, ds, t.dtype, t.shape, codes);
+      f.set_attr(ds, "dtype", std::string(name(t.dtype)));
+      f.set_attr(ds, "axes", join_axes(t.axes));
+      f.set_attr(ds, "fnv1a64", g.input_hashes.at(i));
+    }
+    for (const auto& o : g.outputs) {
+      const auto& e = o.expected;
+      const std::string ds = "/expected/" + e.name;
+      f.write(ds, h5::Elem::f64, e.shape, e.data.data());
+      f.set_attr(ds, "dtype", std::string(name(e.dtype)));
+      f.set_attr(ds, "axes", join_axes(e.axes));
+      f.set_attr(ds, "allow_nonfinite", static_cast<int64_t>(o.allow_nonfinite));
+      if (o.rounded) {
+        write_codes(f, "/rounded/" + e.name, e.dtype, e.shape, *o.rounded);
+        f.set_attr("/rounded/" + e.name, "dtype", std::string(name(e.dtype)));
+      }
+      if (o.bound) f.write("/bounds/" + e.name, h5::Elem::f64, e.shape, o.bound->data());
+    }
+    for (const auto& t : g.intermediates) {
+      const std::string ds = "/intermediates/" + t.name;
+      f.write(ds, h5::Elem::f64, t.shape, t.data.data());
+      f.set_attr(ds, "axes", join_axes(t.axes));
+    }
+    f.close();
+    fs::rename(tmp, path);
+  } catch (...) {
+    std::error_code ec;
+    fs::remove(tmp, ec);
+    throw;
+  }
+}
+
+static DType dtype_attr(const h5::File& f, const std::string& ds) {
+  const auto s = f.attr_str(ds, "dtype");
+  auto d = parse_dtype(s);
+  if (!d) throw InputError(fmt::format("{}: {}: unknown dtype '{}'", f.path(), ds, s));
+  return *d;
+}
+
+static std::vector<double> decode_codes(const h5::File& f, const std::string& ds, DType t) {
+  const auto inf = f.info(ds);
+  if (!inf.is_integer || static_cast<int>(inf.elem_size) != info(t).storage_bytes)
+    throw InputError(fmt::format("{}: {}: storage of dtype {} must be {}-byte integers", f.path(), ds, name(t),
+                                 info(t).storage_bytes));
+  auto codes = f.read_u64(ds);
+  std::vector<double> v(codes.size());
+  const int bits = info(t).bits;
+  for (size_t i = 0; i < codes.size(); ++i) {
+    uint64_t c = codes[i];
+    if (bits < 64 && info(t).is_float && (c >> bits) != 0)
+      throw InputError(fmt::format("{}: {}: element {} holds code {:#x}, not a {} code", f.path(), ds, i, c, name(t)));
+    v[i] = decode(t, c);
+  }
+  return v;
+}
+
+Golden read_golden(const std::string& path) {
+  auto f = h5::File::open_read(path);
+  Golden g;
+  auto& p = g.prov;
+  p.schema_version = f.attr_int("/", "schema_version");
+  if (p.schema_version != kSchemaVersion)
+    throw InputError(fmt::format("{}: attribute 'schema_version': {} (this assay reads {})", path, p.schema_version, kSchemaVersion));
+  p.op = f.attr_str("/", "op");
+  p.case_name = f.attr_str("/", "case");
+  p.level = f.attr_str("/", "level");
+  p.case_toml = f.attr_str("/", "case_toml");
+  p.seed = std::stoull(f.attr_str("/", "seed"));
+  p.rng = f.attr_str("/", "rng");
+  p.generator = f.attr_str("/", "generator");
+  p.git_rev = f.attr_str("/", "git_rev");
+  p.compiler = f.attr_str("/", "compiler");
+  try {
+    for (const auto& a : nlohmann::json::parse(f.attr_str("/", "oracle_agreement")))
+      g.agreement.push_back({a.at("tensor"), a.at("form_a"), a.at("form_b"), a.at("max_rel")});
+  } catch (const nlohmann::json::exception&) {
+    throw InputError(fmt::format("{}: attribute 'oracle_agreement': malformed JSON", path));
+  }
+  for (const auto& n : f.list("/inputs")) {
+    const std::string ds = "/inputs/" + n;
+    Tensor t;
+    t.name = n;
+    t.dtype = dtype_attr(f, ds);
+    t.shape = f.info(ds).shape;
+    t.axes = split_axes(f.attr_str(ds, "axes"));
+    if (t.axes.size() != t.shape.size())
+      throw InputError(fmt::format("{}: {}: {} axes for a rank-{} dataset", path, ds, t.axes.size(), t.shape.size()));
+    t.data = decode_codes(f, ds, t.dtype);
+    g.input_hashes.push_back(f.attr_str(ds, "fnv1a64"));
+    g.inputs.push_back(std::move(t));
+  }
+  for (const auto& n : f.list("/expected")) {
+    const std::string ds = "/expected/" + n;
+    Output o;
+    auto& e = o.expected;
+    e.name = n;
+    e.dtype = dtype_attr(f, ds);
+    const auto inf = f.info(ds);
+    if (!inf.is_float || inf.elem_size != 8) throw InputError(fmt::format("{}: {}: expected outputs must be float64", path, ds));
+    e.shape = inf.shape;
+    e.axes = split_axes(f.attr_str(ds, "axes"));
+    if (e.axes.size() != e.shape.size())
+      throw InputError(fmt::format("{}: {}: {} axes for a rank-{} dataset", path, ds, e.axes.size(), e.shape.size()));
+    e.data = f.read_f64(ds);
+    o.allow_nonfinite = f.has_attr(ds, "allow_nonfinite") && f.attr_int(ds, "allow_nonfinite") != 0;
+    if (f.exists("/rounded/" + n)) {
+      const std::string rd = "/rounded/" + n;
+      if (f.info(rd).shape != e.shape) throw InputError(fmt::format("{}: {}: shape differs from {}", path, rd, ds));
+      o.rounded = f.read_u64(rd);
+    }
+    if (f.exists("/bounds/" + n)) {
+      const std::string bd = "/bounds/" + n;
+      if (f.info(bd).shape != e.shape) throw InputError(fmt::format("{}: {}: shape differs from {}", path, bd, ds));
+      o.bound = f.read_f64(bd);
+    }
+    g.outputs.push_back(std::move(o));
+  }
+  if (g.outputs.empty()) throw InputError(fmt::format("{}: /expected: no expected outputs", path));
+  for (const auto& n : f.list("/intermediates")) {
+    const std::string ds = "/intermediates/" + n;
+    Tensor t;
+    t.name = n;
+    t.shape = f.info(ds).shape;
+    t.axes = split_axes(f.attr_str(ds, "axes"));
+    t.data = f.read_f64(ds);
+    g.intermediates.push_back(std::move(t));
+  }
+  return g;
+}
+
+}  // namespace assay
+
+namespace assay {
+
+std::vector<std::string> golden_diff(const Golden& fresh, const Golden& stored, double rel) {
+  std::vector<std::string> d;
+  if (fresh.prov.case_toml != stored.prov.case_toml) d.push_back("case text differs");
+  if (fresh.inputs.size() != stored.inputs.size()) d.push_back("different number of inputs");
+  for (size_t i = 0; i < fresh.inputs.size(); ++i) {
+    const auto& t = fresh.inputs[i];
+    const auto* s = stored.input(t.name);
+    if (!s) {
+      d.push_back(fmt::format("input '{}' missing", t.name));
+      continue;
+    }
+    const auto si = static_cast<size_t>(s - stored.inputs.data());
+    if (s->dtype != t.dtype || s->shape != t.shape) d.push_back(fmt::format("input '{}': dtype or shape differs", t.name));
+    else if (fresh.input_hashes[i] != stored.input_hashes[si])
+      d.push_back(fmt::format("input '{}': bits differ (hash {} vs {})", t.name, fresh.input_hashes[i], stored.input_hashes[si]));
+  }
+  if (fresh.outputs.size() != stored.outputs.size()) d.push_back("different number of outputs");
+  for (const auto& o : fresh.outputs) {
+    const auto* s = stored.output(o.expected.name);
+    const auto& nm = o.expected.name;
+    if (!s) {
+      d.push_back(fmt::format("output '{}' missing", nm));
+      continue;
+    }
+    if (s->expected.dtype != o.expected.dtype || s->expected.shape != o.expected.shape) {
+      d.push_back(fmt::format("output '{}': dtype or shape differs", nm));
+      continue;
+    }
+    if (double a = agreement_rel(o.expected.data, s->expected.data); !(a <= rel))
+      d.push_back(fmt::format("output '{}': differs by {:.3e} relative (limit {:.0e})", nm, a, rel));
+    if (o.bound.has_value() != s->bound.has_value()) d.push_back(fmt::format("bound '{}': present in one only", nm));
+    else if (o.bound) {
+      if (double a = agreement_rel(*o.bound, *s->bound); !(a <= rel))
+        d.push_back(fmt::format("bound '{}': differs by {:.3e} relative", nm, a));
+    }
+    if (o.rounded.has_value() != s->rounded.has_value() || (o.rounded && *o.rounded != *s->rounded))
+      d.push_back(fmt::format("rounded '{}': codes differ", nm));
+    if (o.allow_nonfinite != s->allow_nonfinite) d.push_back(fmt::format("output '{}': allow_nonfinite differs", nm));
+  }
+  if (fresh.intermediates.size() != stored.intermediates.size()) d.push_back("different number of intermediates");
+  for (const auto& t : fresh.intermediates) {
+    const Tensor* s = nullptr;
+    for (const auto& u : stored.intermediates)
+      if (u.name == t.name) s = &u;
+    if (!s || s->shape != t.shape) {
+      d.push_back(fmt::format("intermediate '{}' missing or reshaped", t.name));
+      continue;
+    }
+    if (double a = agreement_rel(t.data, s->data); !(a <= rel))
+      d.push_back(fmt::format("intermediate '{}': differs by {:.3e} relative", t.name, a));
+  }
+  return d;
+}
+
+std::string manifest_line(const Golden& g) {
+  std::vector<std::pair<std::string, std::string>> ins;
+  for (size_t i = 0; i < g.inputs.size(); ++i) ins.emplace_back(g.inputs[i].name, g.input_hashes[i]);
+  std::sort(ins.begin(), ins.end());
+  std::string s = golden_rel_path(g.prov.op, g.prov.case_name) + " " + g.prov.level;
+  for (const auto& [n, h] : ins) s += " " + n + "=" + h;
+  return s;
+}
+
+}  // namespace assay

@@ -1,0 +1,276 @@
+#include "verify/h5.h"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "reference/core/check.h"
+
+namespace assay::h5 {
+
+namespace {
+struct SilenceHdf5 {
+  SilenceHdf5() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+};
+const SilenceHdf5 silence_hdf5;
+
+hid_t native(Elem e) {
+  switch (e) {
+    case Elem::f64: return H5T_NATIVE_DOUBLE;
+    case Elem::f32: return H5T_NATIVE_FLOAT;
+    case Elem::u8: return H5T_NATIVE_UINT8;
+    case Elem::i8: return H5T_NATIVE_INT8;
+    case Elem::u16: return H5T_NATIVE_UINT16;
+    case Elem::u32: return H5T_NATIVE_UINT32;
+    case Elem::i32: return H5T_NATIVE_INT32;
+    case Elem::u64: return H5T_NATIVE_UINT64;
+    case Elem::i64: return H5T_NATIVE_INT64;
+  }
+  return H5T_NATIVE_DOUBLE;
+}
+size_t elem_size(Elem e) {
+  switch (e) {
+    case Elem::f64: case Elem::u64: case Elem::i64: return 8;
+    case Elem::f32: case Elem::u32: case Elem::i32: return 4;
+    case Elem::u16: return 2;
+    default: return 1;
+  }
+}
+}  // namespace
+
+void File::fail(const std::string& obj, const std::string& what) const {
+  throw InputError(obj.empty() ? fmt::format("{}: {}", path_, what) : fmt::format("{}: {}: {}", path_, obj, what));
+}
+
+File File::create(const std::string& path) {
+  File f;
+  f.path_ = path;
+  Handle fcpl(H5Pcreate(H5P_FILE_CREATE), H5Pclose);
+  Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  // Pin the format to the 1.8 object layout so files are readable by any 1.10 reader.
+  H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_EARLIEST, H5F_LIBVER_V18);
+  f.file_ = Handle(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get()), H5Fclose);
+  if (!f.file_) f.fail("", "cannot create HDF5 file");
+  return f;
+}
+
+File File::open_read(const std::string& path) {
+  File f;
+  f.path_ = path;
+  if (!std::filesystem::exists(path)) f.fail("", "no such file");
+  if (H5Fis_hdf5(path.c_str()) <= 0) f.fail("", "not an HDF5 file (or truncated)");
+  f.file_ = Handle(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+  if (!f.file_) f.fail("", "cannot open HDF5 file (truncated or corrupt)");
+  return f;
+}
+
+File File::open_rw(const std::string& path) {
+  File f;
+  f.path_ = path;
+  if (H5Fis_hdf5(path.c_str()) <= 0) f.fail("", "not an HDF5 file (or truncated)");
+  f.file_ = Handle(H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT), H5Fclose);
+  if (!f.file_) f.fail("", "cannot open HDF5 file for writing");
+  return f;
+}
+
+void File::overwrite(const std::string& ds, Elem e, const void* data) {
+  if (!exists(ds)) fail(ds, "missing dataset");
+  Handle d(H5Dopen2(file_.get(), ds.c_str(), H5P_DEFAULT), H5Dclose);
+  if (!d || H5Dwrite(d.get(), native(e), H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0) fail(ds, "cannot overwrite dataset");
+}
+
+void File::close() { file_.reset(); }
+
+bool File::exists(const std::string& p) const {
+  // Check each path component so that a missing parent is not an error.
+  std::string cur;
+  size_t pos = 1;
+  while (pos <= p.size()) {
+    size_t next = p.find('/', pos);
+    if (next == std::string::npos) next = p.size();
+    cur = p.substr(0, next);
+    if (H5Lexists(file_.get(), cur.c_str(), H5P_DEFAULT) <= 0) return false;
+    pos = next + 1;
+  }
+  return true;
+}
+
+Handle File::obj(const std::string& p) const {
+  if (!exists(p)) fail(p, "missing");
+  Handle h(H5Oopen(file_.get(), p.c_str(), H5P_DEFAULT), H5Oclose);
+  if (!h) fail(p, "cannot open (corrupt file?)");
+  return h;
+}
+
+void File::create_group(const std::string& g) {
+  Handle gcpl(H5Pcreate(H5P_GROUP_CREATE), H5Pclose);
+  H5Pset_obj_track_times(gcpl.get(), false);
+  Handle h(H5Gcreate2(file_.get(), g.c_str(), H5P_DEFAULT, gcpl.get(), H5P_DEFAULT), H5Gclose);
+  if (!h) fail(g, "cannot create group");
+}
+
+std::vector<std::string> File::list(const std::string& group) const {
+  std::vector<std::string> names;
+  if (!exists(group)) return names;
+  Handle g(H5Gopen2(file_.get(), group.c_str(), H5P_DEFAULT), H5Gclose);
+  if (!g) fail(group, "not a group");
+  H5G_info_t gi;
+  if (H5Gget_info(g.get(), &gi) < 0) fail(group, "cannot list group");
+  for (hsize_t i = 0; i < gi.nlinks; ++i) {
+    ssize_t n = H5Lget_name_by_idx(g.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT);
+    if (n < 0) fail(group, "cannot list group");
+    std::string s(static_cast<size_t>(n), '\0');
+    H5Lget_name_by_idx(g.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, s.data(), static_cast<size_t>(n) + 1, H5P_DEFAULT);
+    names.push_back(s);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+void File::write(const std::string& ds, Elem e, const std::vector<int64_t>& shape, const void* data) {
+  std::vector<hsize_t> dims(shape.begin(), shape.end());
+  hsize_t n = 1;
+  for (auto d : dims) n *= d;
+  Handle space(dims.empty() ? H5Screate(H5S_SCALAR) : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
+               H5Sclose);
+  Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+  H5Pset_obj_track_times(dcpl.get(), false);
+  const size_t bytes = static_cast<size_t>(n) * elem_size(e);
+  if (!dims.empty() && n > 0 && bytes > 1024) {
+    // Chunk: whole trailing dims, as many leading rows as fit in ~1 MiB.
+    std::vector<hsize_t> chunk = dims;
+    size_t row = bytes / static_cast<size_t>(dims[0]);
+    chunk[0] = std::max<hsize_t>(1, std::min<hsize_t>(dims[0], (1u << 20) / std::max<size_t>(row, 1)));
+    for (size_t k = 1; k < chunk.size() && static_cast<size_t>(chunk[0]) * row > (64u << 20); ++k) chunk[k] = 1;
+    H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data());
+    H5Pset_shuffle(dcpl.get());
+    H5Pset_deflate(dcpl.get(), 6);
+  }
+  Handle d(H5Dcreate2(file_.get(), ds.c_str(), native(e), space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT), H5Dclose);
+  if (!d) fail(ds, "cannot create dataset");
+  if (n > 0 && H5Dwrite(d.get(), native(e), H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0) fail(ds, "cannot write dataset");
+}
+
+DatasetInfo File::info(const std::string& ds) const {
+  if (!exists(ds)) fail(ds, "missing dataset");
+  Handle d(H5Dopen2(file_.get(), ds.c_str(), H5P_DEFAULT), H5Dclose);
+  if (!d) fail(ds, "not a dataset");
+  Handle space(H5Dget_space(d.get()), H5Sclose);
+  Handle type(H5Dget_type(d.get()), H5Tclose);
+  DatasetInfo r;
+  int rank = H5Sget_simple_extent_ndims(space.get());
+  if (rank < 0) fail(ds, "unreadable dataspace");
+  std::vector<hsize_t> dims(static_cast<size_t>(rank));
+  H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+  r.shape.assign(dims.begin(), dims.end());
+  const H5T_class_t cls = H5Tget_class(type.get());
+  r.is_float = cls == H5T_FLOAT;
+  r.is_integer = cls == H5T_INTEGER;
+  r.is_signed = r.is_integer && H5Tget_sign(type.get()) == H5T_SGN_2;
+  r.elem_size = H5Tget_size(type.get());
+  return r;
+}
+
+std::vector<double> File::read_f64(const std::string& ds) const {
+  auto inf = info(ds);
+  if (!inf.is_float && !inf.is_integer) fail(ds, "dataset is not numeric");
+  hsize_t n = 1;
+  for (auto d : inf.shape) n *= static_cast<hsize_t>(d);
+  std::vector<double> v(static_cast<size_t>(n));
+  Handle d(H5Dopen2(file_.get(), ds.c_str(), H5P_DEFAULT), H5Dclose);
+  if (n > 0 && H5Dread(d.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) < 0)
+    fail(ds, "cannot read dataset (corrupt or truncated file?)");
+  return v;
+}
+
+std::vector<uint64_t> File::read_u64(const std::string& ds) const {
+  auto inf = info(ds);
+  if (!inf.is_integer) fail(ds, "expected an integer (storage-bits) dataset");
+  hsize_t n = 1;
+  for (auto d : inf.shape) n *= static_cast<hsize_t>(d);
+  Handle d(H5Dopen2(file_.get(), ds.c_str(), H5P_DEFAULT), H5Dclose);
+  std::vector<uint64_t> v(static_cast<size_t>(n));
+  if (inf.is_signed) {
+    std::vector<int64_t> s(static_cast<size_t>(n));
+    if (n > 0 && H5Dread(d.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, s.data()) < 0)
+      fail(ds, "cannot read dataset (corrupt or truncated file?)");
+    for (size_t i = 0; i < s.size(); ++i) v[i] = static_cast<uint64_t>(s[i]);
+  } else if (n > 0 && H5Dread(d.get(), H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) < 0) {
+    fail(ds, "cannot read dataset (corrupt or truncated file?)");
+  }
+  return v;
+}
+
+static Handle scalar_space() { return Handle(H5Screate(H5S_SCALAR), H5Sclose); }
+
+void File::set_attr(const std::string& o, const std::string& name, const std::string& value) {
+  Handle h = obj(o);
+  Handle type(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5Tset_size(type.get(), std::max<size_t>(1, value.size()));
+  H5Tset_strpad(type.get(), H5T_STR_NULLPAD);
+  H5Tset_cset(type.get(), H5T_CSET_UTF8);
+  auto sp = scalar_space();
+  Handle a(H5Acreate2(h.get(), name.c_str(), type.get(), sp.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  if (!a) fail(o, fmt::format("cannot create attribute '{}'", name));
+  std::string buf = value.empty() ? std::string(1, '\0') : value;
+  if (H5Awrite(a.get(), type.get(), buf.data()) < 0) fail(o, fmt::format("cannot write attribute '{}'", name));
+}
+void File::set_attr(const std::string& o, const std::string& name, int64_t value) {
+  Handle h = obj(o);
+  auto sp = scalar_space();
+  Handle a(H5Acreate2(h.get(), name.c_str(), H5T_STD_I64LE, sp.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  if (!a || H5Awrite(a.get(), H5T_NATIVE_INT64, &value) < 0) fail(o, fmt::format("cannot write attribute '{}'", name));
+}
+void File::set_attr(const std::string& o, const std::string& name, double value) {
+  Handle h = obj(o);
+  auto sp = scalar_space();
+  Handle a(H5Acreate2(h.get(), name.c_str(), H5T_IEEE_F64LE, sp.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  if (!a || H5Awrite(a.get(), H5T_NATIVE_DOUBLE, &value) < 0) fail(o, fmt::format("cannot write attribute '{}'", name));
+}
+bool File::has_attr(const std::string& o, const std::string& name) const {
+  if (!exists(o) && o != "/") return false;
+  return H5Aexists_by_name(file_.get(), o.c_str(), name.c_str(), H5P_DEFAULT) > 0;
+}
+std::string File::attr_str(const std::string& o, const std::string& name) const {
+  if (!has_attr(o, name)) fail(o, fmt::format("missing attribute '{}'", name));
+  Handle a(H5Aopen_by_name(file_.get(), o.c_str(), name.c_str(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  Handle type(H5Aget_type(a.get()), H5Tclose);
+  if (H5Tget_class(type.get()) != H5T_STRING) fail(o, fmt::format("attribute '{}' is not a string", name));
+  Handle space(H5Aget_space(a.get()), H5Sclose);
+  if (H5Sget_simple_extent_npoints(space.get()) != 1) fail(o, fmt::format("attribute '{}' is not a scalar string", name));
+  if (H5Tis_variable_str(type.get()) > 0) {
+    Handle mt(H5Tcopy(H5T_C_S1), H5Tclose);
+    H5Tset_size(mt.get(), H5T_VARIABLE);
+    H5Tset_cset(mt.get(), H5Tget_cset(type.get()));
+    char* p = nullptr;
+    if (H5Aread(a.get(), mt.get(), &p) < 0) fail(o, fmt::format("cannot read attribute '{}'", name));
+    std::string s = p ? p : "";
+    H5free_memory(p);
+    return s;
+  }
+  size_t n = H5Tget_size(type.get());
+  std::string s(n, '\0');
+  if (H5Aread(a.get(), type.get(), s.data()) < 0) fail(o, fmt::format("cannot read attribute '{}'", name));
+  s.resize(strnlen(s.data(), n));
+  return s;
+}
+int64_t File::attr_int(const std::string& o, const std::string& name) const {
+  if (!has_attr(o, name)) fail(o, fmt::format("missing attribute '{}'", name));
+  Handle a(H5Aopen_by_name(file_.get(), o.c_str(), name.c_str(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  Handle type(H5Aget_type(a.get()), H5Tclose);
+  if (H5Tget_class(type.get()) != H5T_INTEGER) fail(o, fmt::format("attribute '{}' is not an integer", name));
+  int64_t v = 0;
+  if (H5Aread(a.get(), H5T_NATIVE_INT64, &v) < 0) fail(o, fmt::format("cannot read attribute '{}'", name));
+  return v;
+}
+double File::attr_f64(const std::string& o, const std::string& name) const {
+  if (!has_attr(o, name)) fail(o, fmt::format("missing attribute '{}'", name));
+  Handle a(H5Aopen_by_name(file_.get(), o.c_str(), name.c_str(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  double v = 0;
+  if (H5Aread(a.get(), H5T_NATIVE_DOUBLE, &v) < 0) fail(o, fmt::format("cannot read attribute '{}'", name));
+  return v;
+}
+
+}  // namespace assay::h5

@@ -1,0 +1,87 @@
+// A small RAII wrapper over the HDF5 1.10 C API: files, groups, datasets, attributes.
+// Every failure throws assay::InputError naming the file and the object path; HDF5's own error
+// stack printing is switched off. Datasets are written deterministically: no object timestamps,
+// fixed chunking, shuffle + deflate.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <hdf5.h>
+
+namespace assay::h5 {
+
+// Owns one hid_t and closes it with the matching H5*close.
+class Handle {
+ public:
+  Handle() = default;
+  Handle(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
+  Handle(Handle&& o) noexcept : id_(o.id_), close_(o.close_) { o.id_ = -1; }
+  Handle& operator=(Handle&& o) noexcept {
+    reset();
+    id_ = o.id_;
+    close_ = o.close_;
+    o.id_ = -1;
+    return *this;
+  }
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+  ~Handle() { reset(); }
+  hid_t get() const { return id_; }
+  explicit operator bool() const { return id_ >= 0; }
+  void reset() {
+    if (id_ >= 0 && close_) close_(id_);
+    id_ = -1;
+  }
+
+ private:
+  hid_t id_ = -1;
+  herr_t (*close_)(hid_t) = nullptr;
+};
+
+enum class Elem { f64, f32, u8, i8, u16, u32, i32, u64, i64 };
+
+struct DatasetInfo {
+  std::vector<int64_t> shape;
+  bool is_float = false, is_integer = false, is_signed = false;
+  size_t elem_size = 0;
+};
+
+class File {
+ public:
+  static File create(const std::string& path);  // truncates
+  static File open_read(const std::string& path);
+  static File open_rw(const std::string& path);  // for tools and tests that edit a copy
+  const std::string& path() const { return path_; }
+
+  void create_group(const std::string& g);
+  bool exists(const std::string& obj) const;       // "/inputs/x"
+  std::vector<std::string> list(const std::string& group) const;  // child names, sorted
+
+  // Writes raw little-endian elements of type `e` (n = prod(shape)).
+  void write(const std::string& ds, Elem e, const std::vector<int64_t>& shape, const void* data);
+  // Overwrites an existing dataset's elements in place (same count), converting from `e`.
+  void overwrite(const std::string& ds, Elem e, const void* data);
+  DatasetInfo info(const std::string& ds) const;
+  // Reads any numeric dataset converted to double / to uint64 (integers only).
+  std::vector<double> read_f64(const std::string& ds) const;
+  std::vector<uint64_t> read_u64(const std::string& ds) const;
+
+  void set_attr(const std::string& obj, const std::string& name, const std::string& value);
+  void set_attr(const std::string& obj, const std::string& name, int64_t value);
+  void set_attr(const std::string& obj, const std::string& name, double value);
+  bool has_attr(const std::string& obj, const std::string& name) const;
+  std::string attr_str(const std::string& obj, const std::string& name) const;  // fixed or variable length
+  int64_t attr_int(const std::string& obj, const std::string& name) const;
+  double attr_f64(const std::string& obj, const std::string& name) const;
+
+  void close();
+
+ private:
+  Handle obj(const std::string& path) const;
+  [[noreturn]] void fail(const std::string& obj, const std::string& what) const;
+  std::string path_;
+  Handle file_;
+};
+
+}  // namespace assay::h5

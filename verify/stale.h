@@ -1,0 +1,21 @@
+// Staleness: a golden whose inputs no longer match what its fixture generates is Stale, an
+// error, never a pass (DESIGN.md principle 6). Checked in this order:
+//   1. every stored input's bits hash to the recorded fnv1a64 (a flipped byte is caught);
+//   2. the fixture fixtures/<op>.toml still has the case, and its verbatim text is unchanged;
+//   3. the fixture regenerates inputs with the same hashes (same names, dtypes, shapes, bits).
+#pragma once
+#include <string>
+
+#include "verify/golden.h"
+
+namespace assay {
+
+struct StaleResult {
+  bool stale = false;
+  std::string reason;  // empty when fresh
+};
+
+// fixtures_dir empty: only check 1 runs (the caller reports that the fixture was not checked).
+StaleResult check_stale(const Golden& g, const std::string& fixtures_dir);
+
+}  // namespace assay

@@ -1,0 +1,196 @@
+// End-to-end tests of the assay CLI, run as separate processes.
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "catch_compat.h"
+#include "verify/golden.h"
+#include "verify/h5.h"
+
+using namespace assay;
+namespace fs = std::filesystem;
+
+namespace {
+struct Run {
+  int code;
+  std::string out;
+};
+Run run(const std::string& args) {
+  const std::string cmd = std::string(ASSAY_EXE) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  int st = pclose(p);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+int lines(const std::string& s) {
+  int n = 0;
+  for (char c : s) n += c == '\n';
+  return n;
+}
+fs::path tmpdir(const std::string& name) {
+  auto d = fs::temp_directory_path() / "assay_test_cli" / name;
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), {});
+}
+// A candidate holding the golden's outputs (optionally transformed), as float32 like torch would write.
+void write_candidate(const fs::path& path, const Golden& g, double (*f)(double, size_t)) {
+  auto h = h5::File::create(path.string());
+  h.create_group("/outputs");
+  for (const auto& o : g.outputs) {
+    std::vector<float> v(o.expected.data.size());
+    for (size_t i = 0; i < v.size(); ++i)
+      v[i] = static_cast<float>(f(round_to(o.expected.dtype, o.expected.data[i]), i));
+    h.write("/outputs/" + o.expected.name, h5::Elem::f32, o.expected.shape, v.data());
+  }
+}
+const std::string kGolden = std::string(ASSAY_SOURCE_DIR) + "/golden/scaled_add/normal_odd_shape.h5";
+}  // namespace
+
+TEST_CASE("gen gives the same input bytes in two separate processes", "[cpu][L0]") {
+  auto a = tmpdir("gen_a"), b = tmpdir("gen_b");
+  auto ra = run("gen --op scaled_add -q --out " + a.string());
+  auto rb = run("gen --op scaled_add -q --out " + b.string());
+  REQUIRE(ra.code == 0);
+  REQUIRE(rb.code == 0);
+  const auto ma = slurp(a / "MANIFEST");
+  REQUIRE(ma.find("scaled_add/int_exact.h5 L0 x=") != std::string::npos);
+  REQUIRE(ma == slurp(b / "MANIFEST"));
+  // And the same bits as the committed goldens (generated on another machine / earlier).
+  const auto committed = slurp(fs::path(ASSAY_SOURCE_DIR) / "golden" / "MANIFEST");
+  std::istringstream ls(ma);
+  std::string line;
+  int n = 0;
+  while (std::getline(ls, line))
+    if (!line.empty() && line[0] != '#') {
+      CHECK(committed.find(line) != std::string::npos);
+      ++n;
+    }
+  REQUIRE(n == 3);
+}
+
+TEST_CASE("compare passes a correct candidate and rejects never-pass ones under absurd tolerances", "[cpu][L0]") {
+  const auto g = read_golden(kGolden);
+  auto d = tmpdir("compare");
+  write_candidate(d / "good.h5", g, [](double v, size_t) { return v; });
+  auto r = run("compare " + kGolden + " " + (d / "good.h5").string());
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  REQUIRE_THAT(r.out, assay_test::Contains("Passed"));
+
+  write_candidate(d / "nan.h5", g, [](double v, size_t i) { return i == 100 ? std::nan("") : v; });
+  write_candidate(d / "zero.h5", g, [](double, size_t) { return 0.0; });
+  write_candidate(d / "const.h5", g, [](double, size_t) { return 0.25; });
+  write_candidate(d / "off.h5", g, [](double v, size_t i) { return i == 7 ? v + 1.0 : v; });
+  for (const char* bad : {"nan.h5", "zero.h5", "const.h5"}) {
+    auto rb = run("compare --atol 1e30 --rtol 1e30 " + kGolden + " " + (d / bad).string());
+    INFO(bad << "\n" << rb.out);
+    CHECK(rb.code == 1);
+    CHECK_THAT(rb.out, assay_test::Contains("NEVER-PASS"));
+  }
+  auto ro = run("compare " + kGolden + " " + (d / "off.h5").string());
+  INFO(ro.out);
+  CHECK(ro.code == 1);
+  CHECK_THAT(ro.out, assay_test::Contains("first=[b=0, t=0, d=7]"));
+  auto js = run("compare --json " + kGolden + " " + (d / "off.h5").string());
+  CHECK_THAT(js.out, assay_test::Contains("\"verdict\": \"Incorrect\""));
+}
+
+TEST_CASE("a golden copy with one flipped input byte is Stale", "[cpu][L0]") {
+  auto d = tmpdir("stale");
+  const auto copy = d / "copy.h5";
+  fs::copy_file(kGolden, copy);
+  {
+    auto f = h5::File::open_rw(copy.string());
+    auto codes = f.read_u64("/inputs/x");
+    std::vector<uint16_t> v(codes.begin(), codes.end());
+    v[10] ^= 0x0100;  // one bit of one byte
+    f.overwrite("/inputs/x", h5::Elem::u16, v.data());
+  }
+  const auto g = read_golden(kGolden);
+  write_candidate(d / "good.h5", g, [](double v, size_t) { return v; });
+  auto r = run("compare " + copy.string() + " " + (d / "good.h5").string());
+  INFO(r.out);
+  CHECK(r.code == 2);
+  CHECK_THAT(r.out, assay_test::Contains("Stale"));
+  CHECK_THAT(r.out, assay_test::Contains("input 'x'"));
+  // The untouched golden with the same candidate passes.
+  CHECK(run("compare " + kGolden + " " + (d / "good.h5").string()).code == 0);
+}
+
+TEST_CASE("a fixture edit makes its golden Stale", "[cpu][L0]") {
+  auto d = tmpdir("fixture_edit");
+  auto text = slurp(fs::path(ASSAY_SOURCE_DIR) / "fixtures" / "scaled_add.toml");
+  const auto pos = text.find("seed = 7");
+  REQUIRE(pos != std::string::npos);
+  text.replace(pos, 8, "seed = 8");
+  std::ofstream(d / "scaled_add.toml") << text;
+  const auto g = read_golden(kGolden);
+  write_candidate(d / "good.h5", g, [](double v, size_t) { return v; });
+  auto r = run("compare --fixtures " + d.string() + " " + kGolden + " " + (d / "good.h5").string());
+  INFO(r.out);
+  CHECK(r.code == 2);
+  CHECK_THAT(r.out, assay_test::Contains("Stale"));
+}
+
+TEST_CASE("bad input: one line naming the file and field, exit 2", "[cpu][L0]") {
+  auto d = tmpdir("bad");
+  const auto g = read_golden(kGolden);
+  write_candidate(d / "good.h5", g, [](double v, size_t) { return v; });
+  auto one_line_exit2 = [](const Run& r, const std::string& must) {
+    INFO(r.out);
+    CHECK(r.code == 2);
+    CHECK(lines(r.out) == 1);
+    CHECK_THAT(r.out, assay_test::Contains(must));
+  };
+  // Not HDF5, truncated.
+  std::ofstream(d / "text.h5") << "hello";
+  one_line_exit2(run("compare " + (d / "text.h5").string() + " " + (d / "good.h5").string()), "text.h5: not an HDF5 file");
+  const auto bytes = slurp(kGolden);
+  std::ofstream(d / "trunc.h5", std::ios::binary) << bytes.substr(0, bytes.size() / 3);
+  one_line_exit2(run("compare " + (d / "trunc.h5").string() + " " + (d / "good.h5").string()), "trunc.h5");
+  one_line_exit2(run("inspect " + (d / "trunc.h5").string()), "trunc.h5");
+  // Missing dataset, wrong shape, wrong dtype in the candidate.
+  {
+    auto h = h5::File::create((d / "empty.h5").string());
+    h.create_group("/outputs");
+  }
+  one_line_exit2(run("compare " + kGolden + " " + (d / "empty.h5").string()), "/outputs/out: missing dataset");
+  {
+    auto h = h5::File::create((d / "shape.h5").string());
+    h.create_group("/outputs");
+    std::vector<float> v(10);
+    h.write("/outputs/out", h5::Elem::f32, {10}, v.data());
+  }
+  one_line_exit2(run("compare " + kGolden + " " + (d / "shape.h5").string()), "wrong shape");
+  {
+    auto h = h5::File::create((d / "dtype.h5").string());
+    h.create_group("/outputs");
+    const auto& e = g.output("out")->expected;
+    std::vector<uint8_t> v(e.data.size());
+    h.write("/outputs/out", h5::Elem::u8, e.shape, v.data());
+    h.set_attr("/outputs/out", "dtype", std::string("fp8e4m3"));
+  }
+  one_line_exit2(run("compare " + kGolden + " " + (d / "dtype.h5").string()), "wrong dtype");
+  // Unknown op, malformed TOML, usage.
+  one_line_exit2(run("gen --op no_such_op --out " + d.string()), "unknown op 'no_such_op'");
+  std::ofstream(d / "scaled_add.toml") << "op = \"scaled_add\"\n[[case]\nname = \"x\"\n";
+  one_line_exit2(run("gen --op scaled_add --fixtures " + d.string() + " --out " + d.string()), "scaled_add.toml:2");
+  std::ofstream(d / "scaled_add.toml") << "op = \"scaled_add\"\n[[case]]\nname = \"x\"\nlevel = \"L0\"\nB = 1\nT = 2\nD = \"wide\"\n";
+  auto rf = run("gen --op scaled_add --fixtures " + d.string() + " --out " + d.string());
+  CHECK(rf.code == 2);
+  CHECK_THAT(rf.out, assay_test::Contains("case 'x': field 'D': expected an integer"));
+  CHECK(run("frobnicate").code == 2);
+}

@@ -1,0 +1,108 @@
+#include <cmath>
+#include <limits>
+
+#include "catch_compat.h"
+#include "verify/compare.h"
+#include "verify/tolerance.h"
+
+using namespace assay;
+
+namespace {
+Output golden(std::vector<double> v, DType t = DType::f32) {
+  Output o;
+  o.expected = Tensor{"o", {"B", "H"}, {2, static_cast<int64_t>(v.size() / 2)}, t, std::move(v)};
+  return o;
+}
+Tolerance loose() {
+  Tolerance t;
+  t.atol = 1e30;
+  t.rtol = 1e30;
+  t.why = "absurdly loose";
+  return t;
+}
+}  // namespace
+
+TEST_CASE("metrics are the hand-derived ones", "[cpu][L0]") {
+  auto g = golden({1, 2, 3, 4});
+  Tolerance t;
+  t.atol = 0.05;
+  auto r = compare_tensor(g, {1, 2.1, 3, 4}, t);
+  // |2.1 - 2| = 0.1 > 0.05: one mismatch at flat 1 = [b=0, h=1].
+  CHECK(r.max_abs == Approx(0.1));
+  CHECK(r.max_rel == Approx(0.05));
+  CHECK(r.rms_rel == Approx(0.1 / std::sqrt(30.0)));
+  CHECK(r.mismatches == 1);
+  CHECK(r.first_bad_index == "[b=0, h=1]");
+  CHECK(r.worst_index == "[b=0, h=1]");
+  CHECK(r.verdict == Verdict::Incorrect);
+  t.max_mismatch = 1;
+  CHECK(compare_tensor(g, {1, 2.1, 3, 4}, t).verdict == Verdict::Passed);
+  // ULP in fp32 at 2.0 is 2^-22.
+  auto u = compare_tensor(g, {1, 2 + 0x1p-22, 3, 4}, t);
+  CHECK(u.ulp_max == Approx(1.0));
+}
+
+TEST_CASE("the worst mismatch is the largest excess over the allowance", "[cpu][L0]") {
+  auto g = golden({1, 100, 3, 4});
+  Tolerance t;
+  t.rtol = 0.01;
+  auto r = compare_tensor(g, {1.5, 100.9, 3, 4.2}, t);
+  // excesses: 0.5-0.01=0.49, 0.9-1.0<0 (ok), 0.2-0.04=0.16 -> worst at flat 0
+  CHECK(r.mismatches == 2);
+  CHECK(r.worst_index == "[b=0, h=0]");
+  CHECK(r.first_bad_index == "[b=0, h=0]");
+}
+
+TEST_CASE("never-pass: NaN, Inf, all-zero and constant candidates fail under any tolerance", "[cpu][L0]") {
+  auto g = golden({1, -2, 3, 4});
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  auto r = compare_tensor(g, {1, nan, 3, 4}, loose());
+  CHECK(r.verdict == Verdict::Incorrect);
+  CHECK(r.nonfinite_mismatches == 1);
+  CHECK(compare_tensor(g, {1, -2, INFINITY, 4}, loose()).verdict == Verdict::Incorrect);
+  auto z = compare_tensor(g, {0, 0, 0, 0}, loose());
+  CHECK(z.verdict == Verdict::Incorrect);
+  CHECK_THAT(z.summary(), assay_test::Contains("all zero"));
+  auto k = compare_tensor(g, {2.5, 2.5, 2.5, 2.5}, loose());
+  CHECK(k.verdict == Verdict::Incorrect);
+  CHECK_THAT(k.summary(), assay_test::Contains("constant"));
+  CHECK(compare_tensor(g, {1.1, -2.1, 3.1, 4.1}, loose()).verdict == Verdict::Passed);
+  // A golden that is itself all zero / constant accepts the same candidate.
+  CHECK(compare_tensor(golden({0, 0, 0, 0}), {0, 0, 0, 0}, Tolerance{}).verdict == Verdict::Passed);
+  CHECK(compare_tensor(golden({7, 7, 7, 7}), {7, 7, 7, 7}, Tolerance{}).verdict == Verdict::Passed);
+}
+
+TEST_CASE("non-finite goldens need the same class at the same position", "[cpu][L0]") {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  auto g = golden({1, nan, INFINITY, 4});
+  g.allow_nonfinite = true;
+  CHECK(compare_tensor(g, {1, nan, INFINITY, 4}, Tolerance{}).verdict == Verdict::Passed);
+  CHECK(compare_tensor(g, {1, nan, -INFINITY, 4}, loose()).verdict == Verdict::Incorrect);
+  CHECK(compare_tensor(g, {1, 0, INFINITY, 4}, loose()).verdict == Verdict::Incorrect);
+}
+
+TEST_CASE("exact tolerance compares the spec-rounded value", "[cpu][L0]") {
+  Output g = golden({0.5, 1.0, 6.0, -0.0}, DType::e2m1);
+  g.rounded = std::vector<uint64_t>{0x1, 0x2, 0x7, 0x8};
+  auto t = default_tolerance(DType::e2m1);
+  REQUIRE(t.exact);
+  CHECK(compare_tensor(g, {0.5, 1.0, 6.0, 0.0}, t).verdict == Verdict::Passed);  // +0 == -0
+  auto r = compare_tensor(g, {0.5, 1.5, 6.0, 0.0}, t);
+  CHECK(r.verdict == Verdict::Incorrect);
+  CHECK(r.first_bad_index == "[b=0, h=1]");
+}
+
+TEST_CASE("bound-based tolerance scales with the per-element magnitude", "[cpu][L0]") {
+  Output g = golden({1, 1, 1, 1});
+  g.bound = std::vector<double>{1, 1, 100, 1};
+  Tolerance t;
+  t.bound_k = 0.01;
+  auto r = compare_tensor(g, {1.005, 1, 1.9, 1}, t);  // allowed 0.01, 0.01, 1.0, 0.01
+  CHECK(r.verdict == Verdict::Passed);
+  CHECK(compare_tensor(g, {1.02, 1, 1, 1}, t).verdict == Verdict::Incorrect);
+}
+
+TEST_CASE("every default tolerance says why", "[cpu][L0]") {
+  for (auto t : {DType::f64, DType::f32, DType::f16, DType::bf16, DType::e4m3, DType::e5m2, DType::e2m1, DType::ue8m0, DType::i32})
+    CHECK(!default_tolerance(t).why.empty());
+}

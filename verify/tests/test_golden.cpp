@@ -1,0 +1,101 @@
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "catch_compat.h"
+#include "fixtures/gen/inputs.h"
+#include "reference/core/check.h"
+#include "verify/golden.h"
+#include "verify/h5.h"
+#include "verify/stale.h"
+
+using namespace assay;
+namespace fs = std::filesystem;
+
+namespace {
+Golden sample_golden() {
+  Golden g;
+  g.prov.op = "scaled_add";
+  g.prov.case_name = "t";
+  g.prov.level = "L0";
+  g.prov.case_toml = "[[case]]\nname = \"t\"\n";
+  g.prov.seed = 42;
+  g.inputs.push_back(Tensor{"x", {"B", "T"}, {2, 3}, DType::bf16, {1, -2, 0.5, -0.0, 3, 1e30}});
+  g.inputs[0].data[5] = round_to(DType::bf16, 1e30);
+  g.inputs.push_back(Tensor{"idx", {"B"}, {3}, DType::i32, {0, 5, -7}});
+  for (const auto& t : g.inputs) g.input_hashes.push_back(gen::input_hash(t));
+  Output o;
+  o.expected = Tensor{"out", {"B", "T"}, {2, 3}, DType::f16, {1.0 / 3, 2, 3, 4, 5, 6}};
+  o.bound = std::vector<double>{1, 2, 3, 4, 5, 6};
+  g.outputs.push_back(o);
+  Output q;
+  q.expected = Tensor{"codes", {"N"}, {4}, DType::e2m1, {0.5, 1, -6, 0}};
+  q.rounded = std::vector<uint64_t>{1, 2, 0xF, 0};
+  g.outputs.push_back(q);
+  g.intermediates.push_back(Tensor{"state", {"C", "N"}, {2, 2}, DType::f64, {1, 2, 3, 4}});
+  g.agreement.push_back({"out", "a", "b", 1e-16});
+  return g;
+}
+}  // namespace
+
+TEST_CASE("goldens round-trip through HDF5", "[cpu][L0]") {
+  const auto dir = fs::temp_directory_path() / "assay_test_golden";
+  fs::create_directories(dir);
+  const auto path = (dir / "rt.h5").string();
+  const auto g = sample_golden();
+  write_golden(path, g);
+  REQUIRE(fs::exists(path));
+  for (const auto& de : fs::directory_iterator(dir)) REQUIRE(de.path().string().find(".tmp.") == std::string::npos);
+  const auto r = read_golden(path);
+  REQUIRE(r.prov.op == "scaled_add");
+  REQUIRE(r.prov.seed == 42);
+  REQUIRE(r.prov.case_toml == g.prov.case_toml);
+  REQUIRE(golden_diff(g, r).empty());
+  REQUIRE(std::signbit(r.input("x")->data[3]));
+  REQUIRE(r.input("idx")->data[2] == -7);
+  REQUIRE(r.output("codes")->rounded->at(2) == 0xF);
+  REQUIRE(!check_stale(r, "").stale);
+}
+
+TEST_CASE("a flipped input byte makes a golden Stale", "[cpu][L0]") {
+  const auto dir = fs::temp_directory_path() / "assay_test_golden";
+  fs::create_directories(dir);
+  const auto path = (dir / "flip.h5").string();
+  auto g = sample_golden();
+  write_golden(path, g);
+  auto r = read_golden(path);
+  auto& idx = const_cast<Tensor&>(*r.input("idx"));
+  idx.data[0] = 1;  // 0 -> 1: what a flipped low bit of the stored int32 decodes to
+  auto s = check_stale(r, "");
+  REQUIRE(s.stale);
+  REQUIRE_THAT(s.reason, assay_test::Contains("input 'idx'"));
+}
+
+TEST_CASE("bad golden files give input errors naming file and dataset", "[cpu][L0]") {
+  const auto dir = fs::temp_directory_path() / "assay_test_golden";
+  fs::create_directories(dir);
+  auto err = [](const std::string& p) {
+    try {
+      read_golden(p);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  std::ofstream((dir / "text.h5").string()) << "not hdf5";
+  CHECK_THAT(err((dir / "text.h5").string()), assay_test::Contains("not an HDF5 file"));
+  CHECK_THAT(err((dir / "absent.h5").string()), assay_test::Contains("no such file"));
+  // Truncated: the first half of a valid golden.
+  const auto good = (dir / "good.h5").string();
+  write_golden(good, sample_golden());
+  std::ifstream in(good, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  std::ofstream((dir / "trunc.h5").string(), std::ios::binary) << bytes.substr(0, bytes.size() / 2);
+  CHECK_THAT(err((dir / "trunc.h5").string()), assay_test::Contains("trunc.h5"));
+  // Missing attribute / wrong dtype.
+  {
+    auto f = h5::File::create((dir / "noattr.h5").string());
+    f.set_attr("/", "schema_version", int64_t{1});
+  }
+  CHECK_THAT(err((dir / "noattr.h5").string()), assay_test::Contains("missing attribute 'op'"));
+}

@@ -1,0 +1,123 @@
+#include "verify/tolerance.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <set>
+
+#include <fmt/format.h>
+#include <toml++/toml.h>
+
+#include "reference/core/check.h"
+
+namespace assay {
+
+Tolerance default_tolerance(DType t) {
+  Tolerance r;
+  r.source = fmt::format("default[{}]", name(t));
+  switch (t) {
+    case DType::f64:
+      r.atol = 1e-12, r.rtol = 1e-10;
+      r.why = "fp64 kernels: reassociation only; 1e-10 leaves room for long reductions";
+      break;
+    case DType::f32:
+      r.atol = 1e-6, r.rtol = 5e-6;
+      r.why = "TransformerEngine getTolerances fp32 {1e-6, 5e-6}: a few fp32 ulps of reassociation";
+      break;
+    case DType::f16:
+      r.atol = 1e-5, r.rtol = 1e-3;
+      r.why = "fp16 output rounding is 2^-11 = 4.9e-4 relative; 1e-3 allows the rounding plus fp32 accumulation noise (TE, torch)";
+      break;
+    case DType::bf16:
+      r.atol = 1e-5, r.rtol = 1.6e-2;
+      r.why = "bf16 output rounding is 2^-8 = 3.9e-3 relative; torch.testing's bf16 rtol 1.6e-2 (about 4 rounding units)";
+      break;
+    case DType::e4m3:
+      r.rtol = 0.0625;
+      r.why = "an fp8 e4m3 output may differ from the fp64 truth by its own rounding: half an ulp = 2^-4 relative";
+      break;
+    case DType::e5m2:
+      r.rtol = 0.125;
+      r.why = "an fp8 e5m2 output may differ from the fp64 truth by its own rounding: half an ulp = 2^-3 relative";
+      break;
+    case DType::e2m1: case DType::ue8m0:
+      r.exact = true;
+      r.why = "quantized codes and scales have one right answer: compared bit-exactly";
+      break;
+    default:
+      r.exact = true;
+      r.why = "integer outputs are exact";
+      break;
+  }
+  return r;
+}
+
+void TolerancePolicy::add_file(const std::string& path) {
+  toml::table doc;
+  try {
+    doc = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    throw InputError(fmt::format("{}:{}:{}: malformed TOML: {}", path, e.source().begin.line, e.source().begin.column,
+                                 e.description()));
+  }
+  const auto op = doc["op"].value<std::string>().value_or(std::filesystem::path(path).stem().string());
+  const auto* arr = doc["tolerance"].as_array();
+  if (!arr) return;
+  int idx = 0;
+  for (const auto& n : *arr) {
+    ++idx;
+    const auto where = fmt::format("{}: [[tolerance]] #{}", path, idx);
+    const auto* t = n.as_table();
+    if (!t) throw InputError(where + ": not a table");
+    Entry e;
+    e.op = op;
+    e.output = (*t)["output"].value<std::string>().value_or("");
+    if (e.output.empty()) throw InputError(where + ": field 'output': missing (a tensor name or \"*\")");
+    auto ds = (*t)["dtype"].value<std::string>();
+    auto d = ds ? parse_dtype(*ds) : std::nullopt;
+    if (!d) throw InputError(where + ": field 'dtype': missing or unknown");
+    e.dtype = *d;
+    e.tol = default_tolerance(*d);
+    e.tol.exact = (*t)["exact"].value<bool>().value_or(false);
+    e.tol.atol = (*t)["atol"].value<double>().value_or(0.0);
+    e.tol.rtol = (*t)["rtol"].value<double>().value_or(0.0);
+    e.tol.bound_k = (*t)["bound_k"].value<double>().value_or(0.0);
+    e.tol.max_mismatch = (*t)["max_mismatch"].value<int64_t>().value_or(0);
+    e.tol.why = (*t)["why"].value<std::string>().value_or("");
+    if (e.tol.why.empty()) throw InputError(where + ": field 'why': every tolerance entry must say why");
+    if (e.tol.atol < 0 || e.tol.rtol < 0 || e.tol.bound_k < 0 || e.tol.max_mismatch < 0)
+      throw InputError(where + ": atol, rtol, bound_k and max_mismatch must be >= 0");
+    for (const auto& [k, v] : *t) {
+      (void)v;
+      static const std::set<std::string, std::less<>> known{"output", "dtype", "exact", "atol", "rtol", "bound_k",
+                                                           "max_mismatch", "why"};
+      if (!known.count(k.str())) throw InputError(fmt::format("{}: field '{}': unknown", where, k.str()));
+    }
+    e.tol.source = fmt::format("{} [[tolerance]] #{}", std::filesystem::path(path).filename().string(), idx);
+    for (const auto& o : entries_)
+      if (o.op == e.op && o.output == e.output && o.dtype == e.dtype)
+        throw InputError(fmt::format("{}: duplicate entry for output '{}' dtype {}", where, e.output, name(e.dtype)));
+    entries_.push_back(std::move(e));
+  }
+}
+
+TolerancePolicy TolerancePolicy::load(const std::string& dir) {
+  TolerancePolicy p;
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) return p;
+  std::vector<std::string> files;
+  for (const auto& de : std::filesystem::directory_iterator(dir))
+    if (de.path().extension() == ".toml") files.push_back(de.path().string());
+  std::sort(files.begin(), files.end());
+  for (const auto& f : files) p.add_file(f);
+  return p;
+}
+
+Tolerance TolerancePolicy::lookup(std::string_view op, std::string_view output, DType dtype) const {
+  for (const auto& e : entries_)
+    if (e.op == op && e.output == output && e.dtype == dtype) return e.tol;
+  for (const auto& e : entries_)
+    if (e.op == op && e.output == "*" && e.dtype == dtype) return e.tol;
+  return default_tolerance(dtype);
+}
+
+}  // namespace assay
