@@ -2,6 +2,7 @@
 // Exit codes: 0 pass, 1 numerical failure, 2 usage or input error, 125 could not run.
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 
 #include "assay_build.h"
@@ -12,13 +13,17 @@
 namespace assay::cli {
 
 std::string default_fixtures_dir() {
+  // $ASSAY_FIXTURES, else the source tree this binary was built from, else ./fixtures (a copy
+  // of the tree elsewhere, e.g. on a GPU machine).
   if (const char* e = std::getenv("ASSAY_FIXTURES")) return e;
-  return std::string(ASSAY_SOURCE_DIR) + "/fixtures";
+  const std::string built = std::string(ASSAY_SOURCE_DIR) + "/fixtures";
+  return std::filesystem::is_directory(built) ? built : "fixtures";
 }
 std::string default_golden_dir(const std::string& level) {
   if (level == "L0") {
     if (const char* e = std::getenv("ASSAY_GOLDEN")) return e;
-    return std::string(ASSAY_SOURCE_DIR) + "/golden";
+    const std::string built = std::string(ASSAY_SOURCE_DIR) + "/golden";
+    return std::filesystem::is_directory(built) ? built : "golden";
   }
   return std::string(ASSAY_BINARY_DIR) + "/golden-" + level;
 }

@@ -1,0 +1,12 @@
+# Fails when the files under DIR together exceed LIMIT bytes.
+file(GLOB_RECURSE files "${DIR}/*")
+set(total 0)
+foreach(f IN LISTS files)
+  file(SIZE "${f}" s)
+  math(EXPR total "${total} + ${s}")
+endforeach()
+math(EXPR mib "${total} / 1048576")
+message("golden/: ${total} bytes (${mib} MiB) of ${LIMIT} allowed")
+if(total GREATER LIMIT)
+  message(FATAL_ERROR "golden/ is over its size budget: shrink L0 shapes or move cases to L1")
+endif()

@@ -1,0 +1,55 @@
+// Internal to reference/attention: parameter validation and tensor addressing shared by both forms
+// (layouts only, no math). Paging / varlen addressing is cross-checked in the tests against layouts
+// the tests build themselves (paged == dense gather, varlen == per-sequence dense).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "reference/attention/attention.h"
+
+namespace assay::attention::detail {
+
+enum class KMode { dense, packed, paged };
+
+struct Layout {
+  int64_t B = 0, Hq = 0, Hkv = 0, D = 0, Dv = 0, G = 1;  // G = Hq / Hkv
+  double scale = 0;
+  int64_t left = -1, right = -1;  // effective window (causal forces right = 0); -1 unbounded
+  bool varlen_q = false;
+  int64_t total_q = 0;     // rows of q / o storage
+  int64_t Sq = 0;          // dense Sq (lse stride)
+  std::vector<int64_t> q_off, sq, sk;  // per sequence: first q row, query length, key length
+  KMode kmode = KMode::dense;
+  int64_t k_rows = 0;      // rows of k / v storage (tokens)
+  int64_t Sk = 0, page_size = 0, pages_per_seq = 0;
+  std::vector<int64_t> k_off;  // packed: first row per sequence
+  const std::vector<int32_t>* block_table = nullptr;
+
+  // Storage row (token index into [k_rows, Hkv, D]) of key j of sequence b.
+  int64_t key_row(int64_t b, int64_t j) const {
+    switch (kmode) {
+      case KMode::dense: return b * Sk + j;
+      case KMode::packed: return k_off[b] + j;
+      case KMode::paged:
+        return static_cast<int64_t>((*block_table)[b * pages_per_seq + j / page_size]) * page_size +
+               j % page_size;
+    }
+    return -1;
+  }
+  int64_t q_row(int64_t b, int64_t i) const { return q_off[b] + i; }
+  // Flat index of LSE (b, h, i): dense [B, Hq, Sq], varlen [Hq, total_q].
+  int64_t lse_index(int64_t b, int64_t h, int64_t i) const {
+    return varlen_q ? h * total_q + q_off[b] + i : (b * Hq + h) * Sq + i;
+  }
+  int64_t o_size() const { return total_q * Hq * Dv; }
+  int64_t lse_size() const { return total_q * Hq; }
+};
+
+// Validates p (InputError on a bad parameter) and resolves the layout.
+Layout make_layout(const Params& p);
+// Checks the sizes of the input arrays against the layout (InputError on mismatch).
+void check_inputs(const Layout& L, const Params& p, const std::vector<double>& q,
+                  const std::vector<double>& k, const std::vector<double>& v,
+                  const std::vector<double>& sink);
+
+}  // namespace assay::attention::detail

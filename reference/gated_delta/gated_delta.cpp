@@ -1,0 +1,471 @@
+// Gated delta rule oracles: see gated_delta.h for the contract, shapes and conventions.
+#include "reference/gated_delta/gated_delta.h"
+
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include <Eigen/Dense>
+
+#include "reference/core/check.h"
+
+namespace assay::gated_delta {
+
+std::string_view name(Mutant m) {
+  switch (m) {
+    case Mutant::none: return "none";
+    case Mutant::missing_alpha: return "missing_alpha";
+    case Mutant::w_without_decay: return "w_without_decay";
+    case Mutant::kkt_without_decay: return "kkt_without_decay";
+    case Mutant::i_minus_a: return "i_minus_a";
+    case Mutant::u_with_decay: return "u_with_decay";
+    case Mutant::strict_output_mask: return "strict_output_mask";
+  }
+  return "?";
+}
+
+// ---------------------------------------------------------------------------------------------
+// Elementwise preprocessing.
+
+double l2norm_scale(const double* x, int64_t n, double eps) {
+  double ss = 0;
+  for (int64_t i = 0; i < n; ++i) ss += x[i] * x[i];
+  return 1.0 / std::sqrt(ss + eps);
+}
+
+double softplus(double x) { return x > 20.0 ? x : std::log1p(std::exp(x)); }
+
+double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+
+double gate_in_kernel(double a, double A_log, double dt_bias) {
+  return -std::exp(A_log) * softplus(a + dt_bias);
+}
+
+double beta_value(BetaMode m, double x) {
+  switch (m) {
+    case BetaMode::given: return x;
+    case BetaMode::sigmoid: return sigmoid(x);
+    case BetaMode::two_sigmoid: return 2.0 * sigmoid(x);
+  }
+  return x;
+}
+
+namespace {
+
+using Mat = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using Vec = Eigen::VectorXd;
+
+bool all_finite(const std::vector<double>& x) {
+  for (double v : x)
+    if (!std::isfinite(v)) return false;
+  return true;
+}
+
+// One sequence: batch row b, tokens [t0, t0 + len) of that row, state slot n.
+struct Seq {
+  int64_t b, t0, len, n;
+};
+
+// Inputs after the elementwise preprocessing that both forms share (l2norm, gate, beta).
+struct Prep {
+  int64_t B, T, H, HV, K, V, Nseq, C, NC;
+  double scale;
+  std::vector<double> q, k;     // [B, T, H, K], l2-normalised when asked
+  const std::vector<double>* v;  // [B, T, HV, V]
+  std::vector<double> g, beta;  // [B, T, HV] effective log decay and beta
+  std::vector<Seq> seqs;
+  std::vector<int64_t> chunk_off;  // [Nseq + 1]
+  const std::vector<double>* h0;   // may be empty
+};
+
+void normalise_rows(std::vector<double>& x, int64_t K, double eps) {
+  const int64_t rows = static_cast<int64_t>(x.size()) / K;
+  for (int64_t r = 0; r < rows; ++r) {
+    double* p = x.data() + r * K;
+    const double s = l2norm_scale(p, K, eps);
+    for (int64_t i = 0; i < K; ++i) p[i] *= s;
+  }
+}
+
+// Effective decay and beta for a [rows, HV] block.
+void effective_gate_beta(const Options& o, int64_t rows, int64_t HV, const std::vector<double>& g_in,
+                         const std::vector<double>& beta_in, const std::vector<double>& A_log,
+                         const std::vector<double>& dt_bias, std::vector<double>& g,
+                         std::vector<double>& beta) {
+  const int64_t n = rows * HV;
+  ASSAY_INPUT_CHECK(static_cast<int64_t>(beta_in.size()) == n, "gated_delta: beta has {} values, expected {}",
+                    beta_in.size(), n);
+  ASSAY_INPUT_CHECK(all_finite(beta_in), "gated_delta: beta is not finite");
+  beta.resize(n);
+  for (int64_t i = 0; i < n; ++i) beta[i] = beta_value(o.beta, beta_in[i]);
+  g.assign(n, 0.0);
+  if (o.gate == GateMode::none) {
+    ASSAY_INPUT_CHECK(g_in.empty(), "gated_delta: g given with GateMode::none");
+    return;
+  }
+  ASSAY_INPUT_CHECK(static_cast<int64_t>(g_in.size()) == n, "gated_delta: g has {} values, expected {}",
+                    g_in.size(), n);
+  if (o.gate == GateMode::log) {
+    for (int64_t i = 0; i < n; ++i) {
+      ASSAY_INPUT_CHECK(!std::isnan(g_in[i]) && g_in[i] != std::numeric_limits<double>::infinity(),
+                        "gated_delta: g[{}] = {} (NaN and +inf are not valid log decays)", i, g_in[i]);
+      g[i] = g_in[i];
+    }
+    return;
+  }
+  ASSAY_INPUT_CHECK(static_cast<int64_t>(A_log.size()) == HV, "gated_delta: A_log has {} values, expected HV = {}",
+                    A_log.size(), HV);
+  ASSAY_INPUT_CHECK(dt_bias.empty() || static_cast<int64_t>(dt_bias.size()) == HV,
+                    "gated_delta: dt_bias has {} values, expected HV = {}", dt_bias.size(), HV);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t hv = i % HV;
+    g[i] = gate_in_kernel(g_in[i], A_log[hv], dt_bias.empty() ? 0.0 : dt_bias[hv]);
+    ASSAY_INPUT_CHECK(!std::isnan(g[i]) && g[i] != std::numeric_limits<double>::infinity(),
+                      "gated_delta: in-kernel gate [{}] = {}", i, g[i]);
+  }
+}
+
+Prep prepare(const Params& p, const Inputs& in) {
+  ASSAY_INPUT_CHECK(p.B >= 1 && p.T >= 0 && p.H >= 1 && p.HV >= 1 && p.K >= 1 && p.V >= 1,
+                    "gated_delta: bad shape B={} T={} H={} HV={} K={} V={}", p.B, p.T, p.H, p.HV, p.K, p.V);
+  ASSAY_INPUT_CHECK(p.HV % p.H == 0, "gated_delta: HV = {} is not a multiple of H = {}", p.HV, p.H);
+  ASSAY_INPUT_CHECK(p.chunk_size >= 1, "gated_delta: chunk_size = {}", p.chunk_size);
+  Prep r;
+  r.B = p.B, r.T = p.T, r.H = p.H, r.HV = p.HV, r.K = p.K, r.V = p.V, r.C = p.chunk_size;
+  r.scale = p.scale ? *p.scale : 1.0 / std::sqrt(static_cast<double>(p.K));
+  const int64_t BT = p.B * p.T;
+  ASSAY_INPUT_CHECK(static_cast<int64_t>(in.q.size()) == BT * p.H * p.K, "gated_delta: q has {} values, expected {}",
+                    in.q.size(), BT * p.H * p.K);
+  ASSAY_INPUT_CHECK(static_cast<int64_t>(in.k.size()) == BT * p.H * p.K, "gated_delta: k has {} values, expected {}",
+                    in.k.size(), BT * p.H * p.K);
+  ASSAY_INPUT_CHECK(static_cast<int64_t>(in.v.size()) == BT * p.HV * p.V, "gated_delta: v has {} values, expected {}",
+                    in.v.size(), BT * p.HV * p.V);
+  ASSAY_INPUT_CHECK(all_finite(in.q) && all_finite(in.k) && all_finite(in.v), "gated_delta: q/k/v not finite");
+  r.q = in.q;
+  r.k = in.k;
+  if (p.qk_l2norm) {
+    normalise_rows(r.q, p.K, p.l2norm_eps);
+    normalise_rows(r.k, p.K, p.l2norm_eps);
+  }
+  r.v = &in.v;
+  effective_gate_beta(p, BT, p.HV, in.g, in.beta, in.A_log, in.dt_bias, r.g, r.beta);
+
+  if (p.cu_seqlens.empty()) {
+    for (int64_t b = 0; b < p.B; ++b) r.seqs.push_back({b, 0, p.T, b});
+  } else {
+    ASSAY_INPUT_CHECK(p.B == 1, "gated_delta: cu_seqlens needs B == 1 (got B = {})", p.B);
+    const auto& cu = p.cu_seqlens;
+    ASSAY_INPUT_CHECK(cu.size() >= 2 && cu.front() == 0 && cu.back() == p.T,
+                      "gated_delta: cu_seqlens must start at 0 and end at T = {}", p.T);
+    for (size_t n = 0; n + 1 < cu.size(); ++n) {
+      ASSAY_INPUT_CHECK(cu[n + 1] >= cu[n], "gated_delta: cu_seqlens decreases at {}", n);
+      r.seqs.push_back({0, cu[n], cu[n + 1] - cu[n], static_cast<int64_t>(n)});
+    }
+  }
+  r.Nseq = static_cast<int64_t>(r.seqs.size());
+  r.chunk_off.assign(r.Nseq + 1, 0);
+  for (int64_t n = 0; n < r.Nseq; ++n)
+    r.chunk_off[n + 1] = r.chunk_off[n] + (r.seqs[n].len + r.C - 1) / r.C;
+  r.NC = r.chunk_off[r.Nseq];
+  r.h0 = &in.initial_state;
+  ASSAY_INPUT_CHECK(in.initial_state.empty() ||
+                        static_cast<int64_t>(in.initial_state.size()) == r.Nseq * p.HV * p.K * p.V,
+                    "gated_delta: initial_state has {} values, expected Nseq*HV*K*V = {}",
+                    in.initial_state.size(), r.Nseq * p.HV * p.K * p.V);
+  ASSAY_INPUT_CHECK(all_finite(in.initial_state), "gated_delta: initial_state not finite");
+  return r;
+}
+
+// State slices: internally always [K][V] row-major; stored in the requested layout.
+void load_state(const double* src, StateLayout L, int64_t K, int64_t V, double* S) {
+  for (int64_t i = 0; i < K; ++i)
+    for (int64_t j = 0; j < V; ++j) S[i * V + j] = L == StateLayout::kv ? src[i * V + j] : src[j * K + i];
+}
+void store_state(const double* S, StateLayout L, int64_t K, int64_t V, double* dst) {
+  for (int64_t i = 0; i < K; ++i)
+    for (int64_t j = 0; j < V; ++j) (L == StateLayout::kv ? dst[i * V + j] : dst[j * K + i]) = S[i * V + j];
+}
+
+// One token of the recurrence on S [K][V] (decay first, spec 3.2). Writes o[V] (and its bound);
+// when s_bound is not null, also the final-state bound of this step.
+void step(double* S, int64_t K, int64_t V, double g, double beta, const double* k, const double* v,
+          const double* q, double scale, Mutant mutant, double* kv_mem, double* o, double* o_bound,
+          double* s_bound) {
+  const double alpha = std::exp(g);
+  if (mutant == Mutant::missing_alpha) {
+    // The bug: the correction reads the state before the decay.
+    for (int64_t j = 0; j < V; ++j) kv_mem[j] = 0;
+    for (int64_t i = 0; i < K; ++i)
+      for (int64_t j = 0; j < V; ++j) kv_mem[j] += S[i * V + j] * k[i];
+    for (int64_t x = 0; x < K * V; ++x) S[x] = alpha * S[x];
+  } else {
+    for (int64_t x = 0; x < K * V; ++x) S[x] = alpha * S[x];
+    for (int64_t j = 0; j < V; ++j) kv_mem[j] = 0;
+    for (int64_t i = 0; i < K; ++i)
+      for (int64_t j = 0; j < V; ++j) kv_mem[j] += S[i * V + j] * k[i];
+  }
+  if (s_bound) {
+    for (int64_t j = 0; j < V; ++j) {
+      double m = 0;
+      for (int64_t i = 0; i < K; ++i) m += std::fabs(S[i * V + j]) * std::fabs(k[i]);
+      for (int64_t i = 0; i < K; ++i)
+        s_bound[i * V + j] = std::fabs(S[i * V + j]) + std::fabs(k[i]) * std::fabs(beta) * (std::fabs(v[j]) + m);
+    }
+  }
+  for (int64_t j = 0; j < V; ++j) kv_mem[j] = beta * (v[j] - kv_mem[j]);  // delta
+  for (int64_t i = 0; i < K; ++i)
+    for (int64_t j = 0; j < V; ++j) S[i * V + j] += k[i] * kv_mem[j];
+  if (o) {
+    for (int64_t j = 0; j < V; ++j) {
+      double acc = 0, mag = 0;
+      for (int64_t i = 0; i < K; ++i) {
+        acc += S[i * V + j] * q[i];
+        mag += std::fabs(S[i * V + j]) * std::fabs(q[i]);
+      }
+      o[j] = scale * acc;
+      o_bound[j] = std::fabs(scale) * mag;
+    }
+  }
+}
+
+Result alloc_result(const Prep& P) {
+  Result r;
+  r.num_seqs = P.Nseq;
+  r.num_chunks = P.NC;
+  r.chunk_offsets = P.chunk_off;
+  r.o.assign(P.B * P.T * P.HV * P.V, 0.0);
+  r.final_state.assign(P.Nseq * P.HV * P.K * P.V, 0.0);
+  r.chunk_states.assign(P.NC * P.HV * P.K * P.V, 0.0);
+  return r;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Recurrent form.
+
+Result recurrent(const Params& p, const Inputs& in) {
+  const Prep P = prepare(p, in);
+  Result r = alloc_result(P);
+  r.o_bound.assign(r.o.size(), 0.0);
+  r.final_state_bound.assign(r.final_state.size(), 0.0);
+  const int64_t K = P.K, V = P.V, KV = K * V, HV = P.HV, G = P.HV / P.H;
+  const int64_t jobs = P.Nseq * HV;
+#pragma omp parallel for schedule(dynamic)
+  for (int64_t job = 0; job < jobs; ++job) {
+    const Seq& s = P.seqs[job / HV];
+    const int64_t hv = job % HV, h = hv / G;
+    std::vector<double> S(KV, 0.0), tmp(V), sb(KV, 0.0);
+    if (!P.h0->empty()) load_state(P.h0->data() + (s.n * HV + hv) * KV, p.state_layout, K, V, S.data());
+    if (s.len == 0)
+      for (int64_t x = 0; x < KV; ++x) sb[x] = std::fabs(S[x]);
+    for (int64_t i = 0; i < s.len; ++i) {
+      if (i % P.C == 0)
+        store_state(S.data(), p.state_layout, K, V,
+                    r.chunk_states.data() + ((P.chunk_off[s.n] + i / P.C) * HV + hv) * KV);
+      const int64_t tok = s.b * P.T + s.t0 + i;
+      const int64_t qk_off = (tok * P.H + h) * K, tv = tok * HV + hv;
+      step(S.data(), K, V, P.g[tv], P.beta[tv], P.k.data() + qk_off, P.v->data() + tv * V, P.q.data() + qk_off,
+           P.scale, p.mutant, tmp.data(), r.o.data() + tv * V, r.o_bound.data() + tv * V,
+           i == s.len - 1 ? sb.data() : nullptr);
+    }
+    store_state(S.data(), p.state_layout, K, V, r.final_state.data() + (s.n * HV + hv) * KV);
+    store_state(sb.data(), p.state_layout, K, V, r.final_state_bound.data() + (s.n * HV + hv) * KV);
+  }
+  return r;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Chunked WY / UT form.
+//
+// Derivation (spec 3.3), chunk of L tokens, local index i, start state S0, G_i = sum_{r<=i} g_r,
+// D_ij = sum_{r=j+1..i} g_r (so exp(D_ij) = exp(G_i - G_j), computed without subtraction):
+//   S_i = e^{G_i} S0 + sum_{j<=i} exp(D_ij) k_j vn_j^T, and the delta step of token i reads the decayed
+//   S_{i-1}, so vn_i = beta_i v_i - beta_i e^{G_i} S0^T k_i - sum_{j<i} beta_i exp(D_ij) (k_i.k_j) vn_j,
+//   i.e. (I + A) vn = beta V - (beta e^G K) S0  ->  vn = u - w S0.
+// The missing-alpha mutant reads the undecayed S_{i-1} = e^{G_{i-1}} S0 + sum_{j<i} exp(D_{i-1,j}) k_j vn_j^T:
+//   the same algebra with G_{i-1} (exclusive cumsum) in w and D_{i-1,j} in A; outputs and state update
+//   are unchanged. recurrent() implements the same mutant token by token; the tests check that the two
+//   agree, which confirms this derivation.
+
+Result chunked(const Params& p, const Inputs& in) {
+  const Prep P = prepare(p, in);
+  Result r = alloc_result(P);
+  const int64_t K = P.K, V = P.V, KV = K * V, HV = P.HV, G = P.HV / P.H;
+  const Mutant mu = p.mutant;
+  const int64_t jobs = P.Nseq * HV;
+#pragma omp parallel for schedule(dynamic)
+  for (int64_t job = 0; job < jobs; ++job) {
+    const Seq& s = P.seqs[job / HV];
+    const int64_t hv = job % HV, h = hv / G;
+    Mat S = Mat::Zero(K, V);
+    if (!P.h0->empty()) load_state(P.h0->data() + (s.n * HV + hv) * KV, p.state_layout, K, V, S.data());
+    for (int64_t c0 = 0; c0 < s.len; c0 += P.C) {
+      const int64_t L = std::min(P.C, s.len - c0);
+      store_state(S.data(), p.state_layout, K, V,
+                  r.chunk_states.data() + ((P.chunk_off[s.n] + c0 / P.C) * HV + hv) * KV);
+      Mat Q(L, K), Kc(L, K), Vc(L, V);
+      Vec g(L), b(L);
+      for (int64_t i = 0; i < L; ++i) {
+        const int64_t tok = s.b * P.T + s.t0 + c0 + i;
+        const int64_t qk_off = (tok * P.H + h) * K, tv = tok * HV + hv;
+        for (int64_t x = 0; x < K; ++x) Q(i, x) = P.q[qk_off + x], Kc(i, x) = P.k[qk_off + x];
+        for (int64_t x = 0; x < V; ++x) Vc(i, x) = (*P.v)[tv * V + x];
+        g(i) = P.g[tv];
+        b(i) = P.beta[tv];
+      }
+      // Segment sums D(i, j) = sum_{r=j+1..i} g_r for j <= i, by accumulation (never -inf - -inf).
+      Mat D = Mat::Zero(L, L);
+      for (int64_t i = 0; i < L; ++i)
+        for (int64_t j = i - 1; j >= 0; --j) D(i, j) = D(i, j + 1) + g(j + 1);
+      Vec Gin(L), Gex(L);  // inclusive and exclusive chunk-local cumsums
+      for (int64_t i = 0; i < L; ++i) {
+        Gin(i) = (i ? Gin(i - 1) : 0.0) + g(i);
+        Gex(i) = i ? Gin(i - 1) : 0.0;
+      }
+      const bool excl = mu == Mutant::missing_alpha;
+      const Mat KKt = Kc * Kc.transpose();
+      // A, strictly lower.
+      Mat A = Mat::Zero(L, L);
+      for (int64_t i = 1; i < L; ++i)
+        for (int64_t j = 0; j < i; ++j) {
+          const double decay = mu == Mutant::kkt_without_decay ? 1.0 : std::exp(excl ? D(i - 1, j) : D(i, j));
+          A(i, j) = b(i) * KKt(i, j) * decay;
+        }
+      // T = (I + A)^-1 by forward substitution: row i of (T - I) = (-A)(i, :i) T(:i, :i).
+      const double sgn = mu == Mutant::i_minus_a ? 1.0 : -1.0;
+      Mat Tm = Mat::Identity(L, L);
+      for (int64_t i = 1; i < L; ++i)
+        for (int64_t j = 0; j < i; ++j) {
+          double acc = 0;
+          for (int64_t m = j; m < i; ++m) acc += A(i, m) * Tm(m, j);
+          Tm(i, j) = sgn * acc;
+        }
+      Mat bV = Vc, bK = Kc;
+      for (int64_t i = 0; i < L; ++i) {
+        const double eG = std::exp(excl ? Gex(i) : Gin(i));
+        bV.row(i) *= mu == Mutant::u_with_decay ? b(i) * eG : b(i);
+        bK.row(i) *= mu == Mutant::w_without_decay ? b(i) : b(i) * eG;
+      }
+      const Mat u = Tm * bV;
+      const Mat w = Tm * bK;
+      Mat Sh = S;  // the chunk-start state as the output and v_new read it
+      if (p.emulate_h_dtype)
+        for (int64_t x = 0; x < KV; ++x) Sh.data()[x] = round_to(*p.emulate_h_dtype, Sh.data()[x]);
+      const Mat vnew = u - w * Sh;
+      // Output: inter-chunk part e^{G_i} q_i^T S0, intra-chunk part with the decay mask (diag included).
+      Mat QS = Q * Sh;
+      const Mat QKt = Q * Kc.transpose();
+      Mat M = Mat::Zero(L, L);
+      for (int64_t i = 0; i < L; ++i) {
+        QS.row(i) *= std::exp(Gin(i));
+        const int64_t jmax = mu == Mutant::strict_output_mask ? i - 1 : i;
+        for (int64_t j = 0; j <= jmax; ++j) M(i, j) = QKt(i, j) * std::exp(D(i, j));
+      }
+      const Mat O = P.scale * (QS + M * vnew);
+      for (int64_t i = 0; i < L; ++i) {
+        const int64_t tv = (s.b * P.T + s.t0 + c0 + i) * HV + hv;
+        for (int64_t x = 0; x < V; ++x) r.o[tv * V + x] = O(i, x);
+      }
+      // State update: S <- e^{G_last} S0 + K^T (exp(D(L-1, j)) vn_j).
+      Mat dV = vnew;
+      for (int64_t j = 0; j < L; ++j) dV.row(j) *= std::exp(D(L - 1, j));
+      S = std::exp(Gin(L - 1)) * S + Kc.transpose() * dV;
+    }
+    store_state(S.data(), p.state_layout, K, V, r.final_state.data() + (s.n * HV + hv) * KV);
+  }
+  return r;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+OracleResult run(const Params& p, const Inputs& in, DType o_dtype, DType chunk_state_dtype) {
+  ASSAY_INPUT_CHECK(!p.emulate_h_dtype, "gated_delta: emulate_h_dtype is a calibration knob, not for goldens");
+  const Result a = recurrent(p, in);
+  const Result b = chunked(p, in);
+  const bool varlen = !p.cu_seqlens.empty();
+  const std::string nax = varlen ? "Nseq" : "B";
+  const std::string k_ax = p.state_layout == StateLayout::kv ? "K" : "V";
+  const std::string v_ax = p.state_layout == StateLayout::kv ? "V" : "K";
+  const int64_t s2 = p.state_layout == StateLayout::kv ? p.K : p.V;
+  const int64_t s3 = p.state_layout == StateLayout::kv ? p.V : p.K;
+  OracleResult res;
+  Output o;
+  o.expected = Tensor{"o", {"B", "T", "HV", "V"}, {p.B, p.T, p.HV, p.V}, o_dtype, a.o};
+  o.bound = a.o_bound;
+  res.outputs.push_back(std::move(o));
+  Output fs;
+  fs.expected = Tensor{"final_state", {nax, "HV", k_ax, v_ax}, {a.num_seqs, p.HV, s2, s3}, DType::f32, a.final_state};
+  fs.bound = a.final_state_bound;
+  res.outputs.push_back(std::move(fs));
+  res.intermediates.push_back(
+      Tensor{"chunk_states", {"NC", "HV", k_ax, v_ax}, {a.num_chunks, p.HV, s2, s3}, chunk_state_dtype, a.chunk_states});
+  res.agreement.push_back({"o", "recurrent", "chunked", agreement_rel(b.o, a.o)});
+  res.agreement.push_back({"final_state", "recurrent", "chunked", agreement_rel(b.final_state, a.final_state)});
+  res.agreement.push_back({"chunk_states", "recurrent", "chunked", agreement_rel(b.chunk_states, a.chunk_states)});
+  return res;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Decode step.
+
+DecodeResult decode_step(const DecodeParams& p, const DecodeInputs& in) {
+  ASSAY_INPUT_CHECK(p.N >= 0 && p.H >= 1 && p.HV >= 1 && p.K >= 1 && p.V >= 1 && p.HV % p.H == 0,
+                    "gated_delta decode: bad shape N={} H={} HV={} K={} V={}", p.N, p.H, p.HV, p.K, p.V);
+  ASSAY_INPUT_CHECK(p.mutant == Mutant::none || p.mutant == Mutant::missing_alpha,
+                    "gated_delta decode: mutant {} is a chunked-form mutant", name(p.mutant));
+  const int64_t N = p.N, H = p.H, HV = p.HV, K = p.K, V = p.V, KV = K * V, G = HV / H;
+  ASSAY_INPUT_CHECK(static_cast<int64_t>(in.q.size()) == N * H * K && static_cast<int64_t>(in.k.size()) == N * H * K,
+                    "gated_delta decode: q/k must have N*H*K = {} values", N * H * K);
+  ASSAY_INPUT_CHECK(static_cast<int64_t>(in.v.size()) == N * HV * V, "gated_delta decode: v must have N*HV*V = {} values",
+                    N * HV * V);
+  ASSAY_INPUT_CHECK(all_finite(in.q) && all_finite(in.k) && all_finite(in.v), "gated_delta decode: q/k/v not finite");
+  ASSAY_INPUT_CHECK(in.state.size() % (HV * KV) == 0, "gated_delta decode: state size {} not a multiple of HV*K*V",
+                    in.state.size());
+  ASSAY_INPUT_CHECK(all_finite(in.state), "gated_delta decode: state not finite");
+  const int64_t P = static_cast<int64_t>(in.state.size()) / (HV * KV);
+  std::vector<int64_t> idx = in.state_indices;
+  if (idx.empty()) {
+    ASSAY_INPUT_CHECK(P == N, "gated_delta decode: without state_indices the pool must hold N = {} states (has {})", N, P);
+    for (int64_t n = 0; n < N; ++n) idx.push_back(n);
+  }
+  ASSAY_INPUT_CHECK(static_cast<int64_t>(idx.size()) == N, "gated_delta decode: state_indices has {} entries, N = {}",
+                    idx.size(), N);
+  std::vector<char> used(P, 0);
+  for (int64_t n = 0; n < N; ++n) {
+    if (idx[n] < 0) continue;
+    ASSAY_INPUT_CHECK(idx[n] < P && !used[idx[n]], "gated_delta decode: state_indices[{}] = {} out of range or repeated",
+                      n, idx[n]);
+    used[idx[n]] = 1;
+  }
+  std::vector<double> q = in.q, k = in.k, g, beta;
+  if (p.qk_l2norm) {
+    normalise_rows(q, K, p.l2norm_eps);
+    normalise_rows(k, K, p.l2norm_eps);
+  }
+  effective_gate_beta(p, N, HV, in.g, in.beta, in.A_log, in.dt_bias, g, beta);
+  const double scale = p.scale ? *p.scale : 1.0 / std::sqrt(static_cast<double>(K));
+
+  DecodeResult r;
+  r.o.assign(N * HV * V, 0.0);
+  r.o_bound.assign(N * HV * V, 0.0);
+  r.state = in.state;
+  r.state_bound.resize(r.state.size());
+  for (size_t x = 0; x < r.state.size(); ++x) r.state_bound[x] = std::fabs(r.state[x]);
+#pragma omp parallel for schedule(dynamic)
+  for (int64_t job = 0; job < N * HV; ++job) {
+    const int64_t n = job / HV, hv = job % HV, h = hv / G;
+    if (idx[n] < 0) continue;
+    std::vector<double> S(KV), tmp(V), sb(KV);
+    double* slot = r.state.data() + (idx[n] * HV + hv) * KV;
+    load_state(slot, p.state_layout, K, V, S.data());
+    const int64_t qk_off = (n * H + h) * K, tv = n * HV + hv;
+    step(S.data(), K, V, g[tv], beta[tv], k.data() + qk_off, in.v.data() + tv * V, q.data() + qk_off, scale, p.mutant,
+         tmp.data(), r.o.data() + tv * V, r.o_bound.data() + tv * V, sb.data());
+    store_state(S.data(), p.state_layout, K, V, slot);
+    store_state(sb.data(), p.state_layout, K, V, r.state_bound.data() + (idx[n] * HV + hv) * KV);
+  }
+  return r;
+}
+
+}  // namespace assay::gated_delta

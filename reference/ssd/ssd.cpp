@@ -1,0 +1,445 @@
+// Mamba-2 SSD oracles: see ssd.h for the contract.
+//
+// Why the reset recurrence equals the kernels' varlen handling (spec 1.5), for ids that are >= 0
+// and non-decreasing along T (each sequence one contiguous run):
+//  * Y_diag with the CB mask seq_l == seq_s sums exactly the earlier tokens of the same sequence
+//    inside the chunk, and every decay factor between them spans only that sequence's tokens.
+//  * Y_off is kept iff seq_l == seq at the end of chunk c-1 (0 for c = 0): then every token of
+//    chunk c before l belongs to that sequence too, so exp(Acum_l) S_start_c is its carried part.
+//  * st_c keeps the tokens of the chunk's last sequence; state passing keeps exp(Acum_last)
+//    S_start_c iff the chunk-end ids of c and c-1 agree (then the whole chunk is one sequence),
+//    otherwise the last sequence started inside chunk c and st_c is its whole state.
+//  So S_start_c is the reset recurrence's state after token cQ-1, and the virtual id 0 before
+//  t = 0 makes initial_states the initial state of sequence 0 only.
+// Negative ids (the kernels' "seq_idx_last >= 0" guard in _chunk_state_fwd_kernel) and
+// non-contiguous ids give kernel results that are no recurrence; validate() refuses them.
+#include "reference/ssd/ssd.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <Eigen/Dense>
+#include <fmt/format.h>
+
+#include "reference/core/check.h"
+
+namespace assay::ssd {
+
+namespace {
+
+using RowMat = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using CMap = Eigen::Map<const RowMat, 0, Eigen::OuterStride<>>;
+
+double silu(double v) { return v / (1.0 + std::exp(-v)); }
+
+struct Dims {
+  int64_t B, T, H, P, G, N, Q, NC;
+  explicit Dims(const Params& p, const Inputs& in)
+      : B(in.batch), T(in.seqlen), H(in.nheads), P(in.headdim), G(in.ngroups), N(in.dstate),
+        Q(p.chunk_size), NC((in.seqlen + p.chunk_size - 1) / p.chunk_size) {}
+};
+
+std::vector<double> abs_of(const std::vector<double>& v) {
+  std::vector<double> r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) r[i] = std::fabs(v[i]);
+  return r;
+}
+
+// The SSM part (no D, no z) of one form on one set of (x, B, C, h0) arrays.
+struct Core {
+  std::vector<double> y;   // [B,T,H,P]
+  std::vector<double> fin; // [B,H,P,N]
+  std::vector<double> cs;  // [B,NC,H,P,N]
+  std::vector<double> vs;  // [S,H,P,N] (cu_seqlens only)
+};
+
+int64_t num_seqs(const Inputs& in) {
+  return in.cu_seqlens.empty() ? 0 : static_cast<int64_t>(in.cu_seqlens.size()) - 1;
+}
+
+// D skip and z gate; `gate_first` only for the d_after_gate mutant.
+void epilogue(const Inputs& in, const Dims& d, const Core& c, const Core& cabs, bool gate_first,
+              Result& r) {
+  const int64_t n = d.B * d.T * d.H * d.P;
+  const bool bounds = !cabs.y.empty();
+  r.out.assign(n, 0.0);
+  if (bounds) r.out_bound.assign(n, 0.0);
+  const bool d_per_p = static_cast<int64_t>(in.D.size()) == d.H * d.P;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t p = i % d.P, h = (i / d.P) % d.H;
+    double skip = 0;
+    if (!in.D.empty()) skip = (d_per_p ? in.D[h * d.P + p] : in.D[h]) * in.x[i];
+    double gate = 1.0;
+    if (!in.z.empty()) gate = silu(in.z[i]);
+    r.out[i] = gate_first ? c.y[i] * gate + skip : (c.y[i] + skip) * gate;
+    if (bounds) r.out_bound[i] = (cabs.y[i] + std::fabs(skip)) * std::fabs(gate);
+  }
+  r.final_states = c.fin;
+  r.final_states_bound = cabs.fin;
+  r.chunk_states = c.cs;
+  r.chunk_states_bound = cabs.cs;
+  r.varlen_states = c.vs;
+  r.varlen_states_bound = cabs.vs;
+}
+
+// ---------------------------------------------------------------- form 1: recurrence
+Core recurrence_core(const Inputs& in, const Dims& d, const std::vector<double>& delta,
+                     const std::vector<double>& x, const std::vector<double>& Bm,
+                     const std::vector<double>& Cm, const std::vector<double>& h0) {
+  Core r;
+  r.y.assign(d.B * d.T * d.H * d.P, 0.0);
+  r.fin.assign(d.B * d.H * d.P * d.N, 0.0);
+  r.cs.assign(d.B * d.NC * d.H * d.P * d.N, 0.0);
+  r.vs.assign(num_seqs(in) * d.H * d.P * d.N, 0.0);
+  const int64_t PN = d.P * d.N, hpg = d.H / d.G;
+  std::vector<int64_t> seq_ending_at(d.T, -1);  // t -> the non-empty sequence whose last token t is
+  for (int64_t n = 0; n < num_seqs(in); ++n)
+    if (in.cu_seqlens[n + 1] > in.cu_seqlens[n]) seq_ending_at[in.cu_seqlens[n + 1] - 1] = n;
+#pragma omp parallel for schedule(static)
+  for (int64_t bh = 0; bh < d.B * d.H; ++bh) {
+    const int64_t b = bh / d.H, h = bh % d.H, g = h / hpg;
+    std::vector<double> S(PN, 0.0);
+    if (!h0.empty()) std::copy_n(h0.begin() + bh * PN, PN, S.begin());
+    std::copy(S.begin(), S.end(), r.cs.begin() + ((b * d.NC + 0) * d.H + h) * PN);
+    int64_t prev = 0;
+    for (int64_t t = 0; t < d.T; ++t) {
+      if (!in.seq_idx.empty() && in.seq_idx[b * d.T + t] != prev) {
+        std::fill(S.begin(), S.end(), 0.0);
+        prev = in.seq_idx[b * d.T + t];
+      }
+      const double dl = delta[(b * d.T + t) * d.H + h];
+      const double decay = std::exp(dl * in.A[h]);
+      const double* xt = &x[((b * d.T + t) * d.H + h) * d.P];
+      const double* Bt = &Bm[((b * d.T + t) * d.G + g) * d.N];
+      const double* Ct = &Cm[((b * d.T + t) * d.G + g) * d.N];
+      double* yt = &r.y[((b * d.T + t) * d.H + h) * d.P];
+      for (int64_t p = 0; p < d.P; ++p) {
+        const double u = dl * xt[p];
+        double* Sp = &S[p * d.N];
+        double acc = 0;
+        for (int64_t n = 0; n < d.N; ++n) {
+          Sp[n] = decay * Sp[n] + u * Bt[n];
+          acc += Sp[n] * Ct[n];
+        }
+        yt[p] = acc;
+      }
+      if (seq_ending_at[t] >= 0)
+        std::copy(S.begin(), S.end(), r.vs.begin() + (seq_ending_at[t] * d.H + h) * PN);
+      if ((t + 1) % d.Q == 0 && (t + 1) / d.Q < d.NC)
+        std::copy(S.begin(), S.end(), r.cs.begin() + ((b * d.NC + (t + 1) / d.Q) * d.H + h) * PN);
+    }
+    std::copy(S.begin(), S.end(), r.fin.begin() + bh * PN);
+  }
+  return r;
+}
+
+// ---------------------------------------------------------------- form 2: chunked dual form
+Core chunked_core(const Inputs& in, const Dims& d, const std::vector<double>& delta,
+                  const std::vector<double>& x, const std::vector<double>& Bm,
+                  const std::vector<double>& Cm, const std::vector<double>& h0, Mutant m) {
+  Core r;
+  r.y.assign(d.B * d.T * d.H * d.P, 0.0);
+  r.fin.assign(d.B * d.H * d.P * d.N, 0.0);
+  r.cs.assign(d.B * d.NC * d.H * d.P * d.N, 0.0);
+  r.vs.assign(num_seqs(in) * d.H * d.P * d.N, 0.0);
+  const int64_t PN = d.P * d.N, hpg = d.H / d.G;
+  const bool use_seq = !in.seq_idx.empty() && m != Mutant::no_seq_reset;
+#pragma omp parallel for schedule(static)
+  for (int64_t bh = 0; bh < d.B * d.H; ++bh) {
+    const int64_t b = bh / d.H, h = bh % d.H;
+    const int64_t g = m == Mutant::group_mod ? h % d.G : h / hpg;
+    const double A = in.A[h];
+    RowMat S = RowMat::Zero(d.P, d.N);  // S_start_c, (P, N)
+    if (!h0.empty()) S = CMap(&h0[bh * PN], d.P, d.N, Eigen::OuterStride<>(d.N));
+    int64_t seq_end_prev = 0;  // the kernels' running id, 0 before chunk 0
+    for (int64_t c = 0; c < d.NC; ++c) {
+      const int64_t t0 = c * d.Q, Qc = std::min(d.Q, d.T - t0);
+      Eigen::Map<RowMat>(&r.cs[((b * d.NC + c) * d.H + h) * PN], d.P, d.N) = S;
+      auto seq = [&](int64_t l) { return use_seq ? in.seq_idx[b * d.T + t0 + l] : int64_t{0}; };
+      std::vector<double> a(Qc), dl(Qc), acum(Qc);
+      for (int64_t l = 0; l < Qc; ++l) {
+        dl[l] = delta[(b * d.T + t0 + l) * d.H + h];
+        a[l] = dl[l] * A;
+      }
+      // seg(l, s) = sum_{k=s+1..l} a_k, summed from l downwards (no cancellation); acum_l is
+      // the same masked sum down to k = 0.
+      RowMat seg = RowMat::Zero(Qc, Qc);
+      for (int64_t l = 0; l < Qc; ++l) {
+        double acc = 0;
+        for (int64_t s = l; s >= 0; --s) {
+          seg(l, s) = acc;
+          acc += a[s];
+        }
+        acum[l] = acc;
+      }
+      const CMap X(&x[((b * d.T + t0) * d.H + h) * d.P], Qc, d.P, Eigen::OuterStride<>(d.H * d.P));
+      const CMap Bc(&Bm[((b * d.T + t0) * d.G + g) * d.N], Qc, d.N, Eigen::OuterStride<>(d.G * d.N));
+      const CMap Cc(&Cm[((b * d.T + t0) * d.G + g) * d.N], Qc, d.N, Eigen::OuterStride<>(d.G * d.N));
+      Eigen::Map<RowMat, 0, Eigen::OuterStride<>> Y(&r.y[((b * d.T + t0) * d.H + h) * d.P], Qc,
+                                                    d.P, Eigen::OuterStride<>(d.H * d.P));
+      // 1. intra-chunk (diagonal block), causal with the diagonal.
+      if (m != Mutant::no_intra_chunk) {
+        const RowMat CB = Cc * Bc.transpose();
+        RowMat L = RowMat::Zero(Qc, Qc);
+        for (int64_t l = 0; l < Qc; ++l)
+          for (int64_t s = 0; s < (m == Mutant::strict_intra_mask ? l : l + 1); ++s)
+            if (seq(l) == seq(s)) L(l, s) = std::exp(seg(l, s)) * CB(l, s) * dl[s];
+        Y = L * X;
+      } else {
+        Y.setZero();
+      }
+      // 4. state to output, own step's decay included (Acum inclusive).
+      {
+        RowMat off = Cc * S.transpose();  // (Qc, P)
+        for (int64_t l = 0; l < Qc; ++l) {
+          double sc = 0;
+          if (seq(l) == seq_end_prev)
+            sc = std::exp(m == Mutant::off_exclusive_decay ? acum[l] - a[l] : acum[l]);
+          Y.row(l) += sc * off.row(l);
+        }
+      }
+      // 2. chunk-local end state of the chunk's last sequence.
+      const int64_t seq_end = seq(Qc - 1);
+      Eigen::VectorXd w(Qc);
+      for (int64_t s = 0; s < Qc; ++s)
+        w[s] = seq(s) == seq_end ? std::exp(seg(Qc - 1, s)) * dl[s] : 0.0;
+      const RowMat st = X.transpose() * w.asDiagonal() * Bc;  // (P, N)
+      // 3. state passing.
+      double carry = seq_end == seq_end_prev ? std::exp(acum[Qc - 1]) : 0.0;
+      if (m == Mutant::state_passing_no_decay) carry = seq_end == seq_end_prev ? 1.0 : 0.0;
+      if (m == Mutant::no_state_passing) carry = 0.0;
+      S = carry * S + st;
+      seq_end_prev = seq_end;
+    }
+    Eigen::Map<RowMat>(&r.fin[bh * PN], d.P, d.N) = S;
+    // Per-sequence final states (B == 1), the chunk_state_varlen way: a chunk-local sum over the
+    // sequence's tokens in the chunk c holding its last token, plus the decayed start state of
+    // chunk c when the sequence began before it (or it is sequence 0: initial_states).
+    for (int64_t n = 0; n < num_seqs(in); ++n) {
+      const int64_t start = in.cu_seqlens[n], end = in.cu_seqlens[n + 1];
+      if (end == start) continue;  // empty sequence: state 0
+      const int64_t c = (end - 1) / d.Q, t0 = c * d.Q, s0 = std::max(start - t0, int64_t{0});
+      const int64_t e = end - t0;
+      Eigen::Map<RowMat> V(&r.vs[(n * d.H + h) * PN], d.P, d.N);
+      double acc = 0;  // sum_{k=s+1..e-1} a_k
+      for (int64_t s = e - 1; s >= 0; --s) {
+        const double dls = delta[(b * d.T + t0 + s) * d.H + h];
+        if (s >= s0) {
+          const CMap xs(&x[((b * d.T + t0 + s) * d.H + h) * d.P], d.P, 1, Eigen::OuterStride<>(1));
+          const CMap Bs(&Bm[((b * d.T + t0 + s) * d.G + g) * d.N], 1, d.N, Eigen::OuterStride<>(d.N));
+          V += (std::exp(acc) * dls) * (xs * Bs);
+        }
+        acc += dls * A;
+      }
+      if (start < t0 || n == 0)
+        V += std::exp(acc) * CMap(&r.cs[((b * d.NC + c) * d.H + h) * PN], d.P, d.N,
+                                  Eigen::OuterStride<>(d.N));
+    }
+  }
+  return r;
+}
+
+}  // namespace
+
+std::string_view mutant_name(Mutant m) {
+  switch (m) {
+    case Mutant::none: return "none";
+    case Mutant::no_intra_chunk: return "no_intra_chunk";
+    case Mutant::strict_intra_mask: return "strict_intra_mask";
+    case Mutant::no_state_passing: return "no_state_passing";
+    case Mutant::state_passing_no_decay: return "state_passing_no_decay";
+    case Mutant::off_exclusive_decay: return "off_exclusive_decay";
+    case Mutant::group_mod: return "group_mod";
+    case Mutant::no_seq_reset: return "no_seq_reset";
+    case Mutant::d_after_gate: return "d_after_gate";
+    case Mutant::no_dt_clamp: return "no_dt_clamp";
+  }
+  return "?";
+}
+
+void validate(const Params& p, const Inputs& in) {
+  const int64_t B = in.batch, T = in.seqlen, H = in.nheads, P = in.headdim, G = in.ngroups,
+                N = in.dstate;
+  ASSAY_INPUT_CHECK(B >= 1 && T >= 1 && H >= 1 && P >= 1 && G >= 1 && N >= 1,
+                    "ssd: dims must be >= 1 (B={} T={} H={} P={} G={} N={})", B, T, H, P, G, N);
+  ASSAY_INPUT_CHECK(H % G == 0, "ssd: nheads {} not a multiple of ngroups {}", H, G);
+  ASSAY_INPUT_CHECK(p.chunk_size >= 1, "ssd: chunk_size {} < 1", p.chunk_size);
+  ASSAY_INPUT_CHECK(!(p.dt_min > p.dt_max), "ssd: dt_limit ({}, {}) empty", p.dt_min, p.dt_max);
+  auto need = [](const std::vector<double>& v, int64_t n, const char* what, bool optional) {
+    ASSAY_INPUT_CHECK(static_cast<int64_t>(v.size()) == n || (optional && v.empty()),
+                      "ssd: {} has {} values, expected {}{}", what, v.size(), n,
+                      optional ? " or none" : "");
+    for (double e : v) ASSAY_INPUT_CHECK(std::isfinite(e), "ssd: {} holds a non-finite value", what);
+  };
+  need(in.x, B * T * H * P, "x", false);
+  need(in.dt, B * T * H, "dt", false);
+  need(in.A, H, "A", false);
+  need(in.B, B * T * G * N, "B", false);
+  need(in.C, B * T * G * N, "C", false);
+  need(in.z, B * T * H * P, "z", true);
+  need(in.dt_bias, H, "dt_bias", true);
+  need(in.initial_states, B * H * P * N, "initial_states", true);
+  ASSAY_INPUT_CHECK(in.D.empty() || static_cast<int64_t>(in.D.size()) == H ||
+                        static_cast<int64_t>(in.D.size()) == H * P,
+                    "ssd: D has {} values, expected H={} or H*P={} or none", in.D.size(), H, H * P);
+  for (double e : in.D) ASSAY_INPUT_CHECK(std::isfinite(e), "ssd: D holds a non-finite value");
+  for (int64_t h = 0; h < H; ++h)
+    ASSAY_INPUT_CHECK(in.A[h] < 0, "ssd: A[{}] = {} must be < 0 (kernels clamp exponents to <= 0)",
+                      h, in.A[h]);
+  if (!in.seq_idx.empty()) {
+    ASSAY_INPUT_CHECK(static_cast<int64_t>(in.seq_idx.size()) == B * T,
+                      "ssd: seq_idx has {} values, expected B*T={}", in.seq_idx.size(), B * T);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0; t < T; ++t) {
+        const int64_t s = in.seq_idx[b * T + t];
+        ASSAY_INPUT_CHECK(s >= 0, "ssd: seq_idx[{}, {}] = {} < 0", b, t, s);
+        ASSAY_INPUT_CHECK(t == 0 || s >= in.seq_idx[b * T + t - 1],
+                          "ssd: seq_idx[{}, :] decreases at t={} (sequences must be contiguous)",
+                          b, t);
+      }
+  }
+  if (!in.cu_seqlens.empty()) {
+    const auto& cu = in.cu_seqlens;
+    const int64_t S = static_cast<int64_t>(cu.size()) - 1;
+    ASSAY_INPUT_CHECK(B == 1, "ssd: cu_seqlens needs batch 1 (got {})", B);
+    ASSAY_INPUT_CHECK(S >= 1 && cu[0] == 0 && cu[S] == T,
+                      "ssd: cu_seqlens must run from 0 to T={} with >= 2 entries", T);
+    ASSAY_INPUT_CHECK(!in.seq_idx.empty(), "ssd: cu_seqlens given without seq_idx");
+    for (int64_t n = 0; n < S; ++n) {
+      ASSAY_INPUT_CHECK(cu[n + 1] >= cu[n], "ssd: cu_seqlens decreases at {}", n + 1);
+      for (int64_t t = cu[n]; t < cu[n + 1]; ++t)
+        ASSAY_INPUT_CHECK(in.seq_idx[t] == n, "ssd: seq_idx[0, {}] = {} but cu_seqlens puts it in "
+                          "sequence {}", t, in.seq_idx[t], n);
+    }
+  }
+}
+
+std::vector<double> process_dt(const Params& p, const Inputs& in, bool clamp) {
+  std::vector<double> out(in.dt.size());
+  for (size_t i = 0; i < in.dt.size(); ++i) {
+    const int64_t h = static_cast<int64_t>(i) % in.nheads;
+    double v = in.dt[i];
+    if (!in.dt_bias.empty()) v += in.dt_bias[h];
+    if (p.dt_softplus && v <= 20.0) v = std::log1p(std::exp(v));
+    if (clamp) v = std::min(std::max(v, p.dt_min), p.dt_max);
+    out[i] = v;
+  }
+  return out;
+}
+
+std::vector<double> dA_cumsum(const Params& p, const Inputs& in, const std::vector<double>& delta) {
+  const Dims d(p, in);
+  std::vector<double> r(d.B * d.H * d.NC * d.Q);
+  for (int64_t b = 0; b < d.B; ++b)
+    for (int64_t h = 0; h < d.H; ++h)
+      for (int64_t c = 0; c < d.NC; ++c) {
+        double acc = 0;
+        for (int64_t l = 0; l < d.Q; ++l) {
+          const int64_t t = c * d.Q + l;
+          if (t < d.T) acc += delta[(b * d.T + t) * d.H + h] * in.A[h];
+          r[((b * d.H + h) * d.NC + c) * d.Q + l] = acc;
+        }
+      }
+  return r;
+}
+
+Result recurrence(const Params& p, const Inputs& in) {
+  validate(p, in);
+  const Dims d(p, in);
+  Result r;
+  r.nchunks = d.NC;
+  r.dt_processed = process_dt(p, in);
+  const Core c = recurrence_core(in, d, r.dt_processed, in.x, in.B, in.C, in.initial_states);
+  const Core ca = p.compute_bounds
+                      ? recurrence_core(in, d, r.dt_processed, abs_of(in.x), abs_of(in.B),
+                                        abs_of(in.C), abs_of(in.initial_states))
+                      : Core{};
+  epilogue(in, d, c, ca, false, r);
+  return r;
+}
+
+Result chunked(const Params& p, const Inputs& in, Mutant m) {
+  validate(p, in);
+  const Dims d(p, in);
+  Result r;
+  r.nchunks = d.NC;
+  r.dt_processed = process_dt(p, in, m != Mutant::no_dt_clamp);
+  const Core c = chunked_core(in, d, r.dt_processed, in.x, in.B, in.C, in.initial_states, m);
+  const Core ca = p.compute_bounds
+                      ? chunked_core(in, d, r.dt_processed, abs_of(in.x), abs_of(in.B),
+                                     abs_of(in.C), abs_of(in.initial_states), m)
+                      : Core{};
+  epilogue(in, d, c, ca, m == Mutant::d_after_gate, r);
+  return r;
+}
+
+OracleResult oracle(const Params& params, const Inputs& in) {
+  Params p = params;
+  p.compute_bounds = true;
+  const Result rec = recurrence(p, in);
+  const Result chk = chunked(p, in);
+  const Dims d(p, in);
+  OracleResult o;
+  auto tensor = [](std::string name, std::vector<std::string> axes, Shape shape, DType dt,
+                   std::vector<double> data) {
+    Tensor t;
+    t.name = std::move(name);
+    t.axes = std::move(axes);
+    t.shape = std::move(shape);
+    t.dtype = dt;
+    t.data = std::move(data);
+    ASSAY_CHECK(numel(t.shape) == t.size(), "ssd: tensor {} size {} != {}", t.name, t.size(),
+                shape_str(t.shape));
+    return t;
+  };
+  auto agree = [&](const char* name, const std::vector<double>& a, const std::vector<double>& b,
+                   int64_t q) {
+    FormAgreement f;
+    f.tensor = name;
+    f.form_a = "recurrence";
+    f.form_b = fmt::format("chunked(Q={})", q);
+    f.max_rel = agreement_rel(b, a);
+    o.agreement.push_back(f);
+  };
+  agree("out", rec.out, chk.out, p.chunk_size);
+  agree("final_states", rec.final_states, chk.final_states, p.chunk_size);
+  agree("chunk_states", rec.chunk_states, chk.chunk_states, p.chunk_size);
+  if (!in.cu_seqlens.empty())
+    agree("varlen_states", rec.varlen_states, chk.varlen_states, p.chunk_size);
+  for (int64_t q : p.cross_check_chunk_sizes) {
+    if (q == p.chunk_size) continue;
+    Params pq = p;
+    pq.chunk_size = q;
+    pq.compute_bounds = false;
+    const Result cq = chunked(pq, in);
+    agree("out", rec.out, cq.out, q);
+    agree("final_states", rec.final_states, cq.final_states, q);
+  }
+
+  Output out;
+  out.expected = tensor("out", {"B", "T", "H", "P"}, {d.B, d.T, d.H, d.P}, p.out_dtype, rec.out);
+  out.bound = rec.out_bound;
+  o.outputs.push_back(std::move(out));
+  Output fin;
+  fin.expected = tensor("final_states", {"B", "H", "P", "N"}, {d.B, d.H, d.P, d.N}, p.state_dtype,
+                        rec.final_states);
+  fin.bound = rec.final_states_bound;
+  o.outputs.push_back(std::move(fin));
+  if (!in.cu_seqlens.empty()) {
+    Output vs;
+    vs.expected = tensor("varlen_states", {"seq", "H", "P", "N"}, {num_seqs(in), d.H, d.P, d.N},
+                         p.state_dtype, rec.varlen_states);
+    vs.bound = rec.varlen_states_bound;
+    o.outputs.push_back(std::move(vs));
+  }
+
+  o.intermediates.push_back(tensor("chunk_states", {"B", "chunk", "H", "P", "N"},
+                                   {d.B, d.NC, d.H, d.P, d.N}, DType::f64, rec.chunk_states));
+  o.intermediates.push_back(
+      tensor("dt_processed", {"B", "T", "H"}, {d.B, d.T, d.H}, DType::f64, rec.dt_processed));
+  o.intermediates.push_back(tensor("dA_cumsum", {"B", "H", "chunk", "Q"}, {d.B, d.H, d.NC, d.Q},
+                                   DType::f64, dA_cumsum(p, in, rec.dt_processed)));
+  return o;
+}
+
+}  // namespace assay::ssd
