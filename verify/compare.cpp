@@ -56,6 +56,10 @@ TensorReport compare_tensor(const Output& golden, const std::vector<double>& a, 
         // compare by value (+0 == -0), NaN as a class.
         const double want = golden.rounded ? decode(g.dtype, (*golden.rounded)[i]) : y;
         bad = !(x == want || (std::isnan(x) && std::isnan(want)));
+        // The spec's other allowed encodings (SCHEMA.md /allowed_mask, /alt).
+        if (bad && golden.alt) bad = !(x == (*golden.alt)[i]);
+        if (bad && golden.allowed_mask && info(g.dtype).is_float && round_to(g.dtype, x) == x)
+          bad = !(((*golden.allowed_mask)[i] >> encode(g.dtype, x)) & 1u);
       } else {
         const double allowed = tol.atol + tol.rtol * std::fabs(y) + (golden.bound ? tol.bound_k * (*golden.bound)[i] : 0.0);
         bad = !(d <= allowed);

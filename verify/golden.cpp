@@ -88,7 +88,8 @@ void write_golden(const std::string& path, const Golden& g) {
       agr.push_back({{"tensor", a.tensor}, {"form_a", a.form_a}, {"form_b", a.form_b}, {"max_rel", a.max_rel}});
     f.set_attr("/", "oracle_agreement", agr.dump());
 
-    for (const char* grp : {"/inputs", "/expected", "/rounded", "/bounds", "/intermediates"}) f.create_group(grp);
+    for (const char* grp : {"/inputs", "/expected", "/rounded", "/bounds", "/allowed_mask", "/alt", "/intermediates"})
+      f.create_group(grp);
     for (size_t i = 0; i < g.inputs.size(); ++i) {
       const auto& t = g.inputs[i];
       std::vector<uint64_t> codes(t.data.size());
@@ -111,6 +112,8 @@ void write_golden(const std::string& path, const Golden& g) {
         f.set_attr("/rounded/" + e.name, "dtype", std::string(name(e.dtype)));
       }
       if (o.bound) f.write("/bounds/" + e.name, h5::Elem::f64, e.shape, o.bound->data());
+      if (o.allowed_mask) f.write("/allowed_mask/" + e.name, h5::Elem::u64, e.shape, o.allowed_mask->data());
+      if (o.alt) f.write("/alt/" + e.name, h5::Elem::f64, e.shape, o.alt->data());
     }
     for (const auto& t : g.intermediates) {
       const std::string ds = "/intermediates/" + t.name;
@@ -209,6 +212,13 @@ Golden read_golden(const std::string& path) {
       if (f.info(bd).shape != e.shape) throw InputError(fmt::format("{}: {}: shape differs from {}", path, bd, ds));
       o.bound = f.read_f64(bd);
     }
+    for (const char* grp : {"/allowed_mask/", "/alt/"}) {
+      const std::string ad = grp + n;
+      if (!f.exists(ad)) continue;
+      if (f.info(ad).shape != e.shape) throw InputError(fmt::format("{}: {}: shape differs from {}", path, ad, ds));
+      if (std::string_view(grp) == "/allowed_mask/") o.allowed_mask = f.read_u64(ad);
+      else o.alt = f.read_f64(ad);
+    }
     g.outputs.push_back(std::move(o));
   }
   if (g.outputs.empty()) throw InputError(fmt::format("{}: /expected: no expected outputs", path));
@@ -266,6 +276,9 @@ std::vector<std::string> golden_diff(const Golden& fresh, const Golden& stored, 
     if (o.rounded.has_value() != s->rounded.has_value() || (o.rounded && *o.rounded != *s->rounded))
       d.push_back(fmt::format("rounded '{}': codes differ", nm));
     if (o.allow_nonfinite != s->allow_nonfinite) d.push_back(fmt::format("output '{}': allow_nonfinite differs", nm));
+    if (o.allowed_mask != s->allowed_mask) d.push_back(fmt::format("allowed_mask '{}': differs", nm));
+    if (o.alt.has_value() != s->alt.has_value() || (o.alt && !(agreement_rel(*o.alt, *s->alt) == 0)))
+      d.push_back(fmt::format("alt '{}': differs", nm));
   }
   if (fresh.intermediates.size() != stored.intermediates.size()) d.push_back("different number of intermediates");
   for (const auto& t : fresh.intermediates) {

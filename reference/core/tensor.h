@@ -37,6 +37,10 @@ struct Output {
   std::optional<std::vector<double>> bound;  // per-element error-bound magnitude (e.g. sum_j p|v|)
   std::optional<std::vector<uint64_t>> rounded;  // spec-rounded codes in expected.dtype (exact answer)
   bool allow_nonfinite = false;  // the truth itself holds NaN/Inf (e.g. quantizing NaN input)
+  // Where the spec allows more than one encoding (exact outputs only): per element, a bitmask of
+  // the allowed codes (formats of <= 6 bits, bit c = code c allowed) and/or one alternative value.
+  std::optional<std::vector<uint64_t>> allowed_mask;
+  std::optional<std::vector<double>> alt;
 };
 
 // Measured agreement of the two oracle forms on one tensor.

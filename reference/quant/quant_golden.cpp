@@ -68,12 +68,6 @@ void agree(OracleResult& r, const std::string& tensor, const std::vector<uint8_t
   r.agreement.push_back({tensor, "kernel", "tensor", agreement_rel(decoded(a, dt), decoded(b, dt))});
 }
 
-Tensor mask_tensor(std::string name, std::vector<std::string> axes, Shape shape, const std::vector<uint16_t>& m) {
-  Tensor t{std::move(name), std::move(axes), std::move(shape), DType::u32, {}};
-  t.data.assign(m.begin(), m.end());
-  return t;
-}
-
 // Quantizing NaN/Inf inputs legitimately yields non-finite truths (NaN codes, NaN scales).
 void mark_nonfinite(OracleResult& r) {
   for (auto& o : r.outputs)
@@ -102,6 +96,7 @@ OracleResult nvfp4_oracle(const std::vector<float>& x, int64_t M, int64_t N, con
                  const std::string& ac) {
     const Shape s{da.rows, da.cols}, ss{da.rows, da.scale_cols()}, ps{da.rows, (da.cols + 1) / 2};
     r.outputs.push_back(code_output("q" + sfx, {ar, ac}, s, DType::e2m1, da.codes));
+    if (any_multi(da.allowed)) r.outputs.back().allowed_mask = std::vector<uint64_t>(da.allowed.begin(), da.allowed.end());
     agree(r, "q" + sfx, da.codes, db.codes, DType::e2m1, &da.allowed);
     r.outputs.push_back(code_output("scale" + sfx, {ar, ac + "B"}, ss, DType::e4m3, da.scales));
     agree(r, "scale" + sfx, da.scales, db.scales, DType::e4m3);
@@ -121,7 +116,6 @@ OracleResult nvfp4_oracle(const std::vector<float>& x, int64_t M, int64_t N, con
       r.outputs.push_back(f32_output("xhat" + sfx, {ar, ac}, s, ex, nullptr));
     }
     r.agreement.push_back({"xhat" + sfx, "kernel", "tensor", agreement_rel(ex, nvfp4_dequantize_exact(db))});
-    if (any_multi(da.allowed)) r.intermediates.push_back(mask_tensor("allowed" + sfx, {ar, ac}, s, da.allowed));
     r.intermediates.push_back(Tensor{"s_enc" + sfx, {"one"}, {1}, DType::f32, {static_cast<double>(da.s_enc)}});
     r.intermediates.push_back(Tensor{"s_dec" + sfx, {"one"}, {1}, DType::f32, {static_cast<double>(da.s_dec)}});
   };
@@ -148,18 +142,16 @@ OracleResult mx_oracle(const std::vector<float>& x, int64_t M, int64_t N, const 
                  const std::string& ac) {
     const Shape s{da.rows, da.cols}, ss{da.rows, da.scale_cols()};
     r.outputs.push_back(code_output("q" + sfx, {ar, ac}, s, cfg.elem, da.codes));
+    const size_t qi = r.outputs.size() - 1;
+    if (fp4 && any_multi(da.allowed))
+      r.outputs[qi].allowed_mask = std::vector<uint64_t>(da.allowed.begin(), da.allowed.end());
     agree(r, "q" + sfx, da.codes, db.codes, cfg.elem, fp4 ? &da.allowed : nullptr);
     r.outputs.push_back(code_output("scale" + sfx, {ar, ac + "B"}, ss, DType::ue8m0, da.scales));
     agree(r, "scale" + sfx, da.scales, db.scales, DType::ue8m0);
-    if (da.alt != da.codes) {
-      Tensor t{"alt" + sfx, {ar, ac}, s, cfg.elem, {}};
-      t.data = decoded(da.alt, cfg.elem);
-      r.intermediates.push_back(std::move(t));
-    }
+    if (da.alt != da.codes) r.outputs[qi].alt = decoded(da.alt, cfg.elem);
     if (fp4) {
       r.outputs.push_back(code_output("packed" + sfx, {ar, ac + "2"}, {da.rows, (da.cols + 1) / 2}, DType::u8, da.packed));
       agree(r, "packed" + sfx, da.packed, db.packed, DType::u8);
-      if (any_multi(da.allowed)) r.intermediates.push_back(mask_tensor("allowed" + sfx, {ar, ac}, s, da.allowed));
     }
     const auto ex = mx_dequantize(da, cfg.elem);
     r.outputs.push_back(f32_output("xhat" + sfx, {ar, ac}, s, ex, nullptr));

@@ -106,3 +106,16 @@ TEST_CASE("every default tolerance says why", "[cpu][L0]") {
   for (auto t : {DType::f64, DType::f32, DType::f16, DType::bf16, DType::e4m3, DType::e5m2, DType::e2m1, DType::ue8m0, DType::i32})
     CHECK(!default_tolerance(t).why.empty());
 }
+
+TEST_CASE("exact outputs accept the spec's other allowed encodings and nothing else", "[cpu][L0]") {
+  Output g = golden({0.5, 1.0, 4.0, 2.0}, DType::e2m1);
+  g.rounded = std::vector<uint64_t>{0x1, 0x2, 0x6, 0x4};
+  // Element 2 may also be 3.0 (code 0x5); element 3 may also be encoded as the alternative 0.
+  g.allowed_mask = std::vector<uint64_t>{1u << 1, 1u << 2, (1u << 6) | (1u << 5), 1u << 4};
+  g.alt = std::vector<double>{0.5, 1.0, 4.0, 0.0};
+  const auto t = default_tolerance(DType::e2m1);
+  CHECK(compare_tensor(g, {0.5, 1.0, 3.0, 2.0}, t).verdict == Verdict::Passed);
+  CHECK(compare_tensor(g, {0.5, 1.0, 4.0, 0.0}, t).verdict == Verdict::Passed);
+  CHECK(compare_tensor(g, {0.5, 1.0, 6.0, 2.0}, t).verdict == Verdict::Incorrect);  // 6 not allowed
+  CHECK(compare_tensor(g, {0.5, 1.0, 4.0, 3.0}, t).verdict == Verdict::Incorrect);  // neither 2 nor alt 0
+}
