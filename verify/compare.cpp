@@ -45,7 +45,11 @@ TensorReport compare_tensor(const Output& golden, const std::vector<double>& a, 
         bad = true;
       }
     } else {
-      const double d = std::fabs(x - y);
+      double d = std::fabs(x - y);
+      if (tol.period > 0) {
+        d = std::fmod(d, tol.period);
+        d = std::min(d, tol.period - d);
+      }
       se += y * y, sd += d * d, sa += x * x, sae += x * y;
       r.max_abs = std::max(r.max_abs, d);
       const double den = std::max(std::fabs(y), rel_floor);

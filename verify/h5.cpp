@@ -49,8 +49,8 @@ File File::create(const std::string& path) {
   f.path_ = path;
   Handle fcpl(H5Pcreate(H5P_FILE_CREATE), H5Pclose);
   Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
-  // Pin the format to the 1.8 object layout so files are readable by any 1.10 reader.
-  H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_EARLIEST, H5F_LIBVER_V18);
+  // The 1.8 file format (compact object headers), readable by any HDF5 >= 1.8 reader.
+  H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_V18);
   f.file_ = Handle(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get()), H5Fclose);
   if (!f.file_) f.fail("", "cannot create HDF5 file");
   return f;
@@ -138,7 +138,7 @@ void File::write(const std::string& ds, Elem e, const std::vector<int64_t>& shap
   Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
   H5Pset_obj_track_times(dcpl.get(), false);
   const size_t bytes = static_cast<size_t>(n) * elem_size(e);
-  if (!dims.empty() && n > 0 && bytes > 1024) {
+  if (!dims.empty() && n > 0 && bytes > 16384) {  // small datasets: contiguous (a chunk index costs more than it saves)
     // Chunk: whole trailing dims, as many leading rows as fit in ~1 MiB.
     std::vector<hsize_t> chunk = dims;
     size_t row = bytes / static_cast<size_t>(dims[0]);

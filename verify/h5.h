@@ -1,7 +1,7 @@
 // A small RAII wrapper over the HDF5 1.10 C API: files, groups, datasets, attributes.
 // Every failure throws assay::InputError naming the file and the object path; HDF5's own error
 // stack printing is switched off. Datasets are written deterministically: no object timestamps,
-// fixed chunking, shuffle + deflate.
+// fixed chunking, shuffle + deflate for datasets over 16 KiB.
 #pragma once
 #include <cstdint>
 #include <string>

@@ -82,14 +82,15 @@ void TolerancePolicy::add_file(const std::string& path) {
     e.tol.rtol = (*t)["rtol"].value<double>().value_or(0.0);
     e.tol.bound_k = (*t)["bound_k"].value<double>().value_or(0.0);
     e.tol.max_mismatch = (*t)["max_mismatch"].value<int64_t>().value_or(0);
+    e.tol.period = (*t)["period"].value<double>().value_or(0.0);
     e.tol.why = (*t)["why"].value<std::string>().value_or("");
     if (e.tol.why.empty()) throw InputError(where + ": field 'why': every tolerance entry must say why");
-    if (e.tol.atol < 0 || e.tol.rtol < 0 || e.tol.bound_k < 0 || e.tol.max_mismatch < 0)
-      throw InputError(where + ": atol, rtol, bound_k and max_mismatch must be >= 0");
+    if (e.tol.atol < 0 || e.tol.rtol < 0 || e.tol.bound_k < 0 || e.tol.max_mismatch < 0 || e.tol.period < 0)
+      throw InputError(where + ": atol, rtol, bound_k, max_mismatch and period must be >= 0");
     for (const auto& [k, v] : *t) {
       (void)v;
       static const std::set<std::string, std::less<>> known{"output", "dtype", "exact", "atol", "rtol", "bound_k",
-                                                           "max_mismatch", "why"};
+                                                           "max_mismatch", "period", "why"};
       if (!known.count(k.str())) throw InputError(fmt::format("{}: field '{}': unknown", where, k.str()));
     }
     e.tol.source = fmt::format("{} [[tolerance]] #{}", std::filesystem::path(path).filename().string(), idx);

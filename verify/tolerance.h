@@ -2,6 +2,7 @@
 //
 // Element rule (NaN-safe: written as a negated <=):
 //   ok_i  <=>  |a_i - e_i| <= atol + rtol * |e_i| + bound_k * bound_i
+// (with `period`, |a_i - e_i| is the circular distance, for angle states)
 // where bound_i is the golden's per-element error-bound magnitude (0 if the golden has none).
 // `exact = true` compares codes bit-for-bit (quantizer outputs): the golden's spec-rounded codes
 // must equal the candidate's codes (NaN as a class). A tensor passes when the mismatch count is
@@ -22,6 +23,9 @@ struct Tolerance {
   double atol = 0, rtol = 0, bound_k = 0;
   int64_t max_mismatch = 0;
   bool exact = false;
+  // > 0: the values are angles modulo `period` (e.g. 2*pi): the error is the circular distance
+  // min(|a - e| mod period, period - |a - e| mod period).
+  double period = 0;
   std::string why;
   std::string source;  // "default[bf16]" or "fixtures/attention.toml [[tolerance]] #2"
 };

@@ -119,3 +119,16 @@ TEST_CASE("exact outputs accept the spec's other allowed encodings and nothing e
   CHECK(compare_tensor(g, {0.5, 1.0, 6.0, 2.0}, t).verdict == Verdict::Incorrect);  // 6 not allowed
   CHECK(compare_tensor(g, {0.5, 1.0, 4.0, 3.0}, t).verdict == Verdict::Incorrect);  // neither 2 nor alt 0
 }
+
+TEST_CASE("periodic tolerance compares angles circularly", "[cpu][L0]") {
+  const double two_pi = 6.283185307179586;
+  Output g = golden({0.001, 3.0, two_pi - 0.001, 1.0});
+  Tolerance t;
+  t.atol = 0.01;
+  t.period = two_pi;
+  // 6.2822 vs 0.001 and 0.0005 vs 2pi-0.001 are 0.002 and 0.0015 apart on the circle.
+  CHECK(compare_tensor(g, {two_pi - 0.001, 3.0, 0.0005, 1.0}, t).verdict == Verdict::Passed);
+  CHECK(compare_tensor(g, {0.001, 3.5, two_pi - 0.001, 1.0}, t).verdict == Verdict::Incorrect);
+  t.period = 0;
+  CHECK(compare_tensor(g, {two_pi - 0.001, 3.0, 0.0005, 1.0}, t).verdict == Verdict::Incorrect);
+}
