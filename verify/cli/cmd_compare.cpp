@@ -5,6 +5,7 @@
 // Candidate datasets: any float type (fp64/fp32/fp16; bf16 upcast to fp32 is exact), or integer
 // storage codes with a string attribute dtype = "bf16" | "fp8e4m3" | ... . Shapes must match.
 #include <algorithm>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 
@@ -76,7 +77,10 @@ int run_compare(const CompareOpts& o, const Common& common) {
     return exit_code(Verdict::Stale);
   }
   const auto cand = h5::File::open_read(o.candidate);
-  const auto policy = TolerancePolicy::load(common.fixtures_dir);
+  // Only this op's policy entries: another op's fixture file cannot break this comparison.
+  TolerancePolicy policy;
+  if (const auto f = std::filesystem::path(common.fixtures_dir) / (g.prov.op + ".toml"); std::filesystem::exists(f))
+    policy.add_file(f.string());
   Verdict verdict = Verdict::Passed;
   std::vector<TensorReport> reports;
   for (const auto& out : g.outputs) {

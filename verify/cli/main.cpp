@@ -41,6 +41,8 @@ int main(int argc, char** argv) {
   cli::add_gen(app, common, rc);
   cli::add_inspect(app, common, rc);
   cli::add_compare(app, common, rc);
+  cli::add_verify(app, common, rc);
+  cli::add_sanitize(app, common, rc);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -1,0 +1,90 @@
+/* assay plugin C ABI, version 1: how an external kernel library (.so) registers kernels with
+ * `assay verify --plugin path.so`.
+ *
+ * The library exports one symbol:
+ *     const assay_plugin* assay_plugin_entry(void);
+ * returning a table that lives as long as the library is loaded. assay checks abi_version
+ * (must equal ASSAY_PLUGIN_ABI_VERSION) and struct_size (>= sizeof(assay_plugin) of version 1)
+ * before reading anything else, and refuses the library with one line otherwise.
+ *
+ * Calls:
+ *   can_implement(case, reason, reason_len): called in the parent process, WITHOUT a CUDA context;
+ *     tensors' data pointers are NULL. Return 1 if the kernel handles this case, else 0 and write a
+ *     one-line reason (NUL-terminated, at most reason_len bytes) -> verdict NotSupported.
+ *   launch(case, stream, err, err_len): called in a worker process after the inputs were uploaded
+ *     and the outputs allocated, guarded by canaries and poisoned with NaN. Enqueue the work on
+ *     `stream` (a cudaStream_t) and return 0; assay synchronizes. A nonzero return (with err
+ *     filled) is a Failed verdict. The kernel must write every output element and nothing else.
+ *
+ * Tensors are dense row-major. Inputs hold the golden's storage codes (bf16 as uint16 bits, fp8 as
+ * one byte, fp4 e2m1 one code per byte, ...); outputs must be written as codes of the output's
+ * dtype (the golden's kernel-facing dtype). dtype names are assay's canonical ones: "fp64",
+ * "fp32", "bf16", "fp16", "fp8e4m3", "fp8e5m2", "fp4e2m1", "ue8m0", "int8", "uint8", "int32", ...
+ * Case scalars (alpha, eps, chunk sizes ...) are read with get_double / get_int from the case's
+ * TOML fields.
+ */
+#ifndef ASSAY_PLUGIN_H
+#define ASSAY_PLUGIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ASSAY_PLUGIN_ABI_VERSION 1u
+
+/* kernel flags */
+#define ASSAY_KERNEL_NONDETERMINISTIC 1u /* outputs may differ bitwise between runs (atomics, split-K) */
+
+typedef struct assay_tensor {
+  const char* name;     /* the golden's tensor name, e.g. "x", "out" */
+  const char* dtype;    /* canonical dtype name */
+  int32_t rank;
+  const int64_t* shape; /* rank entries */
+  const char* const* axes; /* rank axis letters, e.g. {"B","T","D"} */
+  int64_t numel;
+  int64_t elem_bytes;   /* storage bytes per element */
+  void* data;           /* device pointer (NULL in can_implement) */
+} assay_tensor;
+
+typedef struct assay_case {
+  const char* op;         /* op stem, e.g. "scaled_add" */
+  const char* case_name;  /* e.g. "int_exact" */
+  const char* case_toml;  /* the case's verbatim TOML text */
+  int32_t n_inputs;
+  const assay_tensor* inputs;  /* sorted by name */
+  int32_t n_outputs;
+  const assay_tensor* outputs; /* sorted by name */
+  /* Case scalars: return 1 and set *out if the case has a numeric field `key`, else 0. */
+  int (*get_double)(const struct assay_case* c, const char* key, double* out);
+  int (*get_int)(const struct assay_case* c, const char* key, int64_t* out);
+  void* host; /* assay's private data; do not touch */
+} assay_case;
+
+typedef struct assay_kernel {
+  const char* op;    /* which goldens it runs on */
+  const char* name;  /* unique, e.g. "mylib_scaled_add_v2" */
+  const char* description;
+  uint32_t flags;    /* ASSAY_KERNEL_* */
+  int (*can_implement)(const assay_case* c, char* reason, size_t reason_len);
+  int (*launch)(const assay_case* c, void* stream, char* err, size_t err_len);
+} assay_kernel;
+
+typedef struct assay_plugin {
+  uint32_t abi_version; /* ASSAY_PLUGIN_ABI_VERSION */
+  uint32_t struct_size; /* sizeof(assay_plugin) */
+  const char* plugin_name;
+  int32_t n_kernels;
+  const assay_kernel* kernels;
+} assay_plugin;
+
+typedef const assay_plugin* (*assay_plugin_entry_fn)(void);
+#define ASSAY_PLUGIN_ENTRY_SYMBOL "assay_plugin_entry"
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ASSAY_PLUGIN_H */

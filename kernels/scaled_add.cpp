@@ -1,0 +1,31 @@
+// Registration of the scaled_add kernels (kernels/scaled_add.cu) with the kernel registry.
+// Tensors: x, y [B, T, D] bf16 codes in; out [B, T, D] bf16 codes. Case scalars alpha, beta.
+#include <cuda_runtime.h>
+
+#include "kernels/registry.h"
+#include "kernels/scaled_add.h"
+
+namespace assay::kernels {
+namespace {
+
+KernelDef make_scaled_add_v1() {
+  KernelDef d;
+  d.op = "scaled_add";
+  d.name = "scaled_add_v1";
+  d.description = "one thread per element, fp32 fmaf(alpha, x, beta*y), RNE to bf16";
+  d.deterministic = true;
+  d.can_implement = [](const Golden& g) { return require_dtypes(g, {"x", "y", "out"}, {DType::bf16}); };
+  d.launch = [](LaunchContext& c) -> std::string {
+    const auto *x = c.input("x"), *y = c.input("y"), *out = c.output("out");
+    if (!x || !y || !out) return "scaled_add_v1: the case lacks x, y or out";
+    const auto e = scaled_add_v1(x->data, y->data, out->data, static_cast<float>(c.params.get_double("alpha", 1.0)),
+                                 static_cast<float>(c.params.get_double("beta", 1.0)), out->numel(),
+                                 static_cast<cudaStream_t>(c.stream));
+    return e == cudaSuccess ? std::string() : std::string("scaled_add_v1: ") + cudaGetErrorString(e);
+  };
+  return d;
+}
+
+}  // namespace
+ASSAY_REGISTER_KERNEL(make_scaled_add_v1());
+}  // namespace assay::kernels

@@ -1,0 +1,168 @@
+#include "verify/report.h"
+
+#include <cmath>
+#include <cstdio>
+
+#include <fmt/format.h>
+
+namespace assay {
+
+int RunReport::count(Verdict v) const {
+  int n = 0;
+  for (const auto& c : cases) n += c.verdict == v;
+  return n;
+}
+
+int RunReport::exit_code() const {
+  if (count(Verdict::Incorrect) || count(Verdict::Failed) || count(Verdict::Hung)) return kExitFail;
+  if (count(Verdict::Stale)) return kExitInput;
+  if (!count(Verdict::Passed)) return kExitCouldNotRun;
+  return kExitPass;
+}
+
+static nlohmann::json finite_or_null(double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr); }
+
+static nlohmann::json tensor_json(const TensorReport& r) {
+  return {{"name", r.name}, {"dtype", name(r.dtype)}, {"shape", r.shape}, {"verdict", verdict_name(r.verdict)},
+          {"max_abs", finite_or_null(r.max_abs)}, {"max_rel", finite_or_null(r.max_rel)},
+          {"rms_rel", finite_or_null(r.rms_rel)}, {"cosine", finite_or_null(r.cosine)},
+          {"ulp_max", finite_or_null(r.ulp_max)}, {"ulp_p99", finite_or_null(r.ulp_p99)}, {"mismatches", r.mismatches},
+          {"nonfinite_mismatches", r.nonfinite_mismatches}, {"first_mismatch", r.first_bad_index},
+          {"worst_mismatch", r.worst_index}, {"never_pass", r.never_pass},
+          {"tolerance", {{"atol", r.tol.atol}, {"rtol", r.tol.rtol}, {"bound_k", r.tol.bound_k}, {"exact", r.tol.exact},
+                         {"max_mismatch", r.tol.max_mismatch}, {"why", r.tol.why}, {"source", r.tol.source}}}};
+}
+
+nlohmann::json to_json(const RunReport& r) {
+  nlohmann::json j{{"tool", r.tool},          {"assay_version", r.assay_version}, {"git_rev", r.git_rev},
+                   {"device", r.device},      {"device_error", r.device_error},   {"shard", r.shard},
+                   {"golden_dir", r.golden_dir}, {"fixtures_dir", r.fixtures_dir}, {"fixture_checked", r.fixture_checked},
+                   {"plugins", r.plugins},    {"wall_s", r.wall_s},               {"exit_code", r.exit_code()}};
+  if (!r.sanitizer_version.empty()) j["sanitizer_version"] = r.sanitizer_version;
+  nlohmann::json counts = nlohmann::json::object();
+  for (auto v : {Verdict::Passed, Verdict::Incorrect, Verdict::Failed, Verdict::Hung, Verdict::NotSupported, Verdict::Stale,
+                 Verdict::NotRun})
+    counts[std::string(verdict_name(v))] = r.count(v);
+  j["counts"] = counts;
+  j["cases"] = nlohmann::json::array();
+  for (const auto& c : r.cases) {
+    nlohmann::json cj{{"kernel", c.kernel}, {"kernel_source", c.kernel_source}, {"op", c.op}, {"case", c.case_name},
+                      {"golden", c.golden}, {"deterministic", c.deterministic}, {"verdict", verdict_name(c.verdict)},
+                      {"reason", c.reason}, {"findings", c.findings}, {"kernel_ms", c.kernel_ms}, {"wall_s", c.wall_s}};
+    if (!c.log_tail.empty()) cj["log_tail"] = c.log_tail;
+    if (!c.repro.empty()) cj["repro"] = c.repro;
+    if (!c.sanitizer_summary.empty()) cj["sanitizer"] = c.sanitizer_summary;
+    cj["tensors"] = nlohmann::json::array();
+    for (const auto& t : c.tensors) cj["tensors"].push_back(tensor_json(t));
+    j["cases"].push_back(cj);
+  }
+  return j;
+}
+
+std::string xml_escape(const std::string& s) {
+  std::string o;
+  for (unsigned char ch : s) {
+    switch (ch) {
+      case '&': o += "&amp;"; break;
+      case '<': o += "&lt;"; break;
+      case '>': o += "&gt;"; break;
+      case '"': o += "&quot;"; break;
+      case '\'': o += "&apos;"; break;
+      default:
+        if (ch < 0x20 && ch != '\n' && ch != '\t' && ch != '\r') o += '?';  // XML 1.0 forbids the other C0 controls
+        else o += static_cast<char>(ch);
+    }
+  }
+  return o;
+}
+
+std::string to_junit(const RunReport& r) {
+  const int failures = r.count(Verdict::Incorrect);
+  const int errors = r.count(Verdict::Failed) + r.count(Verdict::Hung) + r.count(Verdict::Stale);
+  const int skipped = r.count(Verdict::NotSupported) + r.count(Verdict::NotRun);
+  std::string dev = r.device.is_object() ? r.device.value("name", std::string()) : std::string("no device");
+  std::string s = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
+  s += fmt::format("<testsuites name=\"assay {}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\" time=\"{:.3f}\">\n",
+                   xml_escape(r.tool), r.cases.size(), failures, errors, skipped, r.wall_s);
+  s += fmt::format("  <testsuite name=\"assay.{}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\" time=\"{:.3f}\">\n",
+                   xml_escape(r.tool), r.cases.size(), failures, errors, skipped, r.wall_s);
+  s += "    <properties>\n";
+  s += fmt::format("      <property name=\"device\" value=\"{}\"/>\n", xml_escape(dev));
+  if (r.device.is_object())
+    for (const char* k : {"driver", "cuda_runtime", "compute_capability", "uuid"})
+      s += fmt::format("      <property name=\"{}\" value=\"{}\"/>\n", k, xml_escape(r.device.value(k, std::string())));
+  s += fmt::format("      <property name=\"assay_version\" value=\"{}\"/>\n", xml_escape(r.assay_version));
+  s += fmt::format("      <property name=\"git_rev\" value=\"{}\"/>\n", xml_escape(r.git_rev));
+  if (!r.shard.empty()) s += fmt::format("      <property name=\"shard\" value=\"{}\"/>\n", xml_escape(r.shard));
+  if (!r.sanitizer_version.empty())
+    s += fmt::format("      <property name=\"sanitizer_version\" value=\"{}\"/>\n", xml_escape(r.sanitizer_version));
+  s += "    </properties>\n";
+  for (const auto& c : r.cases) {
+    s += fmt::format("    <testcase classname=\"{}.{}\" name=\"{}\" time=\"{:.3f}\"", xml_escape(c.op), xml_escape(c.kernel),
+                     xml_escape(c.case_name), c.wall_s);
+    std::string body;
+    for (const auto& t : c.tensors) body += t.summary() + "\n";
+    for (const auto& f : c.findings) body += f + "\n";
+    if (!c.log_tail.empty()) body += "--- worker output (tail) ---\n" + c.log_tail + "\n";
+    const std::string msg = fmt::format("{}: {}", verdict_name(c.verdict), c.reason);
+    switch (c.verdict) {
+      case Verdict::Passed: s += "/>\n"; continue;
+      case Verdict::Incorrect:
+        s += fmt::format(">\n      <failure type=\"Incorrect\" message=\"{}\">{}</failure>\n", xml_escape(msg), xml_escape(body));
+        break;
+      case Verdict::Failed: case Verdict::Hung: case Verdict::Stale:
+        s += fmt::format(">\n      <error type=\"{}\" message=\"{}\">{}</error>\n", verdict_name(c.verdict), xml_escape(msg),
+                         xml_escape(body));
+        break;
+      case Verdict::NotSupported: case Verdict::NotRun:
+        s += fmt::format(">\n      <skipped message=\"{}\"/>\n", xml_escape(msg));
+        break;
+    }
+    s += "    </testcase>\n";
+  }
+  s += "  </testsuite>\n</testsuites>\n";
+  return s;
+}
+
+void print_console(const RunReport& r, bool verbose) {
+  if (r.device.is_object())
+    fmt::print("assay {}: {} | driver {} | CUDA runtime {} | cc {}{}\n", r.tool, r.device.value("name", std::string("?")),
+               r.device.value("driver", std::string("?")), r.device.value("cuda_runtime", std::string("?")),
+               r.device.value("compute_capability", std::string("?")),
+               r.sanitizer_version.empty() ? "" : " | " + r.sanitizer_version);
+  else
+    fmt::print("assay {}: NOT RUN: {}\n", r.tool, r.device_error);
+  if (!r.shard.empty()) fmt::print("shard {}\n", r.shard);
+  size_t kw = 6, cw = 4;
+  for (const auto& c : r.cases) kw = std::max(kw, c.kernel.size()), cw = std::max(cw, c.op.size() + 1 + c.case_name.size());
+  fmt::print("{:<12} {:<{}} {:<{}} {:>9} {:>10}  {}\n", "verdict", "kernel", kw, "case", cw, "max_abs", "kernel_ms", "detail");
+  for (const auto& c : r.cases) {
+    double ma = 0;
+    for (const auto& t : c.tensors) ma = std::max(ma, t.max_abs);
+    std::string ms = c.kernel_ms.empty() ? "-" : fmt::format("{:.3f}", c.kernel_ms.front());
+    fmt::print("{:<12} {:<{}} {:<{}} {:>9} {:>10}  {}\n", verdict_name(c.verdict), c.kernel, kw, c.op + "/" + c.case_name, cw,
+               c.tensors.empty() ? std::string("-") : fmt::format("{:.2e}", ma), ms, c.reason);
+    const bool bad = c.verdict != Verdict::Passed && c.verdict != Verdict::NotSupported;
+    if (verbose || bad) {
+      for (const auto& t : c.tensors)
+        if (verbose || t.verdict != Verdict::Passed) fmt::print("    {}\n", t.summary());
+      for (const auto& f : c.findings) fmt::print("    {}\n", f);
+      if (!c.repro.empty()) fmt::print("    repro bundle: {}\n", c.repro);
+      if (!c.log_tail.empty() && (c.verdict == Verdict::Failed || c.verdict == Verdict::Hung)) {
+        std::string t = c.log_tail;
+        size_t p = 0;
+        while (p < t.size()) {
+          size_t q = t.find('\n', p);
+          fmt::print("    | {}\n", t.substr(p, q == std::string::npos ? std::string::npos : q - p));
+          if (q == std::string::npos) break;
+          p = q + 1;
+        }
+      }
+    }
+  }
+  fmt::print("{} cases: {} Passed, {} Incorrect, {} Failed, {} Hung, {} NotSupported, {} Stale, {} NotRun ({:.1f} s)\n",
+             r.cases.size(), r.count(Verdict::Passed), r.count(Verdict::Incorrect), r.count(Verdict::Failed),
+             r.count(Verdict::Hung), r.count(Verdict::NotSupported), r.count(Verdict::Stale), r.count(Verdict::NotRun), r.wall_s);
+}
+
+}  // namespace assay

@@ -1,0 +1,52 @@
+// Reports of `assay verify` / `assay sanitize`: one CaseResult per (kernel, golden case), printed
+// as a console table, JSON, and JUnit XML (one <testcase> per case: Incorrect -> <failure>,
+// Failed/Hung/Stale -> <error>, NotSupported/NotRun -> <skipped>).
+#pragma once
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "verify/compare.h"
+#include "verify/verdict.h"
+
+namespace assay {
+
+struct CaseResult {
+  std::string kernel, kernel_source, op, case_name, golden;
+  bool deterministic = true;
+  Verdict verdict = Verdict::NotRun;
+  std::string reason;                 // one line: why this verdict
+  std::vector<std::string> findings;  // canaries, modified inputs, run-to-run differences, sanitizer
+  std::vector<TensorReport> tensors;
+  std::vector<double> kernel_ms;
+  double wall_s = 0;
+  std::string log_tail;  // the worker's output tail on Failed/Hung
+  std::string repro;     // repro bundle path (Incorrect)
+  std::string sanitizer_summary;
+};
+
+struct RunReport {
+  std::string tool = "verify";  // or "sanitize:memcheck" ...
+  std::string assay_version, git_rev;
+  nlohmann::json device;  // from the worker probe: name, driver, cuda_runtime, ... (null: none)
+  std::string device_error;
+  std::string sanitizer_version;
+  std::string shard;  // "k/n" or ""
+  std::string golden_dir, fixtures_dir;
+  bool fixture_checked = true;
+  std::vector<std::string> plugins;
+  std::vector<CaseResult> cases;
+  double wall_s = 0;
+
+  // 1 if any Incorrect/Failed/Hung; else 2 if any Stale; else 125 if nothing Passed; else 0.
+  int exit_code() const;
+  int count(Verdict v) const;
+};
+
+nlohmann::json to_json(const RunReport& r);
+std::string to_junit(const RunReport& r);
+void print_console(const RunReport& r, bool verbose);
+std::string xml_escape(const std::string& s);
+
+}  // namespace assay

@@ -1,0 +1,195 @@
+// GPU tests of the gate (CTest label gpu; never run in CI). A plain program rather than Catch2:
+// without a GPU it must exit 125 so CTest counts it as SKIPPED (SKIP_RETURN_CODE), never passed.
+//
+//   test_gate_gpu MODE --assay EXE --plugin-dir DIR --golden DIR
+//   MODE: mutants | example_plugin | builtin | sanitize-memcheck | sanitize-racecheck |
+//         sanitize-synccheck | sanitize-initcheck
+//
+// With a CTest resource spec (cmake/resources/gpus.json), CTEST_RESOURCE_GROUP_0_GPUS="id:N,..."
+// pins the test to GPU N through CUDA_VISIBLE_DEVICES.
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+namespace {
+
+int g_failures = 0;
+#define EXPECT(cond, ...)                                                                  \
+  do {                                                                                     \
+    if (!(cond)) {                                                                         \
+      ++g_failures;                                                                        \
+      fmt::print(stderr, "FAIL {}:{}: {}: {}\n", __FILE__, __LINE__, #cond, fmt::format(__VA_ARGS__)); \
+    }                                                                                      \
+  } while (0)
+
+struct Run {
+  int code = -1;
+  nlohmann::json j;
+  std::string out;
+};
+
+Run assay(const std::string& exe, const std::string& args) {
+  const std::string cmd = exe + " " + args;
+  fmt::print(stderr, "$ {}\n", cmd);
+  Run r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int st = pclose(p);
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  try {
+    r.j = nlohmann::json::parse(r.out);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "not JSON ({}):\n{}\n", e.what(), r.out);
+  }
+  return r;
+}
+
+std::map<std::string, nlohmann::json> by_kernel(const nlohmann::json& j) {
+  std::map<std::string, nlohmann::json> m;
+  if (j.is_object() && j.contains("cases"))
+    for (const auto& c : j["cases"]) m[c["kernel"].get<std::string>() + "/" + c["case"].get<std::string>()] = c;
+  return m;
+}
+
+bool contains(const nlohmann::json& c, const std::string& what) {
+  const std::string s = c.dump();
+  return s.find(what) != std::string::npos;
+}
+
+void expect_case(const std::map<std::string, nlohmann::json>& m, const std::string& key, const std::string& verdict,
+                 const std::string& must_mention) {
+  auto it = m.find(key);
+  EXPECT(it != m.end(), "no case {} in the report", key);
+  if (it == m.end()) return;
+  const auto got = it->second.value("verdict", std::string("?"));
+  EXPECT(got == verdict, "{}: verdict {} (want {}); reason: {}", key, got, verdict, it->second.value("reason", std::string()));
+  if (!must_mention.empty())
+    EXPECT(contains(it->second, must_mention), "{}: the report does not mention '{}': {}", key, must_mention,
+           it->second.value("reason", std::string()));
+  fmt::print(stderr, "  {:<36} {:<12} {}\n", key, got, it->second.value("reason", std::string()));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: test_gate_gpu MODE --assay EXE --plugin-dir DIR --golden DIR\n");
+    return 2;
+  }
+  const std::string mode = argv[1];
+  std::string exe = "assay", plugin_dir = ".", golden = "golden";
+  for (int i = 2; i + 1 < argc; i += 2) {
+    const std::string k = argv[i], v = argv[i + 1];
+    if (k == "--assay") exe = v;
+    else if (k == "--plugin-dir") plugin_dir = v;
+    else if (k == "--golden") golden = v;
+  }
+  if (const char* g = std::getenv("CTEST_RESOURCE_GROUP_0_GPUS")) {
+    // "id:1,slots:1" -> CUDA_VISIBLE_DEVICES=1
+    std::string s = g;
+    const auto a = s.find("id:");
+    if (a != std::string::npos) {
+      const auto id = s.substr(a + 3, s.find(',', a) - a - 3);
+      setenv("CUDA_VISIBLE_DEVICES", id.c_str(), 1);
+      fmt::print(stderr, "CTest resource: GPU {}\n", id);
+    }
+  }
+  const std::string mutants = plugin_dir + "/libassay_mutants.so", example = plugin_dir + "/libassay_example_plugin.so";
+  const std::string common = fmt::format("--json --golden {} --no-fixture-check", golden);
+  Run r;
+  if (mode == "mutants") {
+    // The acceptance run: one invocation with the correct built-in kernel and six broken ones.
+    // The run must complete, report every case, and give each its verdict.
+    r = assay(exe, fmt::format("verify {} --plugin {} --case int_exact --timeout 15 --kernel scaled_add_v1 --kernel mut_oob_far "
+                               "--kernel mut_hang --kernel mut_segv --kernel mut_past_end --kernel mut_unwritten "
+                               "--kernel mut_nondet",
+                               common, mutants));
+  } else if (mode == "example_plugin") {
+    r = assay(exe, fmt::format("verify {} --plugin {} --kernel example_scaled_add", common, example));
+  } else if (mode == "builtin") {
+    r = assay(exe, fmt::format("verify {} --kernel scaled_add_v1 --junit /tmp/assay_gate_gpu_junit.xml", common));
+  } else if (mode.rfind("sanitize-", 0) == 0) {
+    const std::string tool = mode.substr(9);
+    const std::map<std::string, std::string> planted{
+        {"memcheck", "mut_oob_alloc"}, {"racecheck", "mut_race"}, {"synccheck", "mut_syncwarp"}, {"initcheck", "mut_uninit"}};
+    r = assay(exe, fmt::format("sanitize --tool {} {} --plugin {} --plugin {} --case int_exact --kernel scaled_add_v1 "
+                               "--kernel example_scaled_add --kernel {}",
+                               tool, common, mutants, example, planted.at(tool)));
+    if (r.j.is_object() && r.j["device"].is_null()) {
+      fmt::print(stderr, "SKIPPED: no GPU ({})\n", r.j.value("device_error", std::string()));
+      return 125;
+    }
+    const auto& d = r.j["device"];
+    fmt::print(stderr, "device: {} | pci {} | CUDA_VISIBLE_DEVICES={} | {}\n", d.value("name", std::string()),
+               d.value("pci_bus_id", std::string()), d.value("cuda_visible_devices", std::string()),
+               r.j.value("sanitizer_version", std::string()));
+    const auto m = by_kernel(r.j);
+    expect_case(m, "scaled_add_v1/int_exact", "Passed", "0 error");
+    expect_case(m, "example_scaled_add/int_exact", "Passed", "0 error");
+    expect_case(m, planted.at(tool) + "/int_exact", "Failed", tool);
+    EXPECT(r.code == 1, "exit code {} (want 1)", r.code);
+    EXPECT(r.j.value("sanitizer_version", std::string()).find("ersion") != std::string::npos, "no sanitizer version recorded");
+    fmt::print(stderr, "{}: {} failures\n", mode, g_failures);
+    return g_failures ? 1 : 0;
+  } else {
+    std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
+    return 2;
+  }
+  if (r.j.is_object() && r.j["device"].is_null()) {
+    fmt::print(stderr, "SKIPPED: no GPU ({})\n", r.j.value("device_error", std::string()));
+    return 125;
+  }
+  EXPECT(r.j.is_object(), "no JSON report");
+  if (!r.j.is_object()) return 1;
+  const auto& d = r.j["device"];
+  for (const char* k : {"name", "driver", "cuda_runtime"})
+    EXPECT(!d.value(k, std::string()).empty(), "device field '{}' missing from the report", k);
+  fmt::print(stderr, "device: {} | driver {} | CUDA runtime {} | pci {} | CUDA_VISIBLE_DEVICES={}\n", d.value("name", std::string()),
+             d.value("driver", std::string()), d.value("cuda_runtime", std::string()), d.value("pci_bus_id", std::string()),
+             d.value("cuda_visible_devices", std::string()));
+  const auto m = by_kernel(r.j);
+  if (mode == "mutants") {
+    EXPECT(m.size() == 7, "{} cases reported (want 7: the run must go on after crashes and hangs)", m.size());
+    expect_case(m, "scaled_add_v1/int_exact", "Passed", "");
+    expect_case(m, "mut_oob_far/int_exact", "Failed", "cudaErrorIllegalAddress");
+    expect_case(m, "mut_hang/int_exact", "Hung", "watchdog");
+    expect_case(m, "mut_segv/int_exact", "Failed", "SIGSEGV");
+    expect_case(m, "mut_past_end/int_exact", "Failed", "AFTER the last element");
+    expect_case(m, "mut_unwritten/int_exact", "Incorrect", "NaN");
+    expect_case(m, "mut_nondet/int_exact", "Incorrect", "bitwise");
+    EXPECT(r.code == 1, "exit code {} (want 1)", r.code);
+  } else if (mode == "example_plugin") {
+    expect_case(m, "example_scaled_add/int_exact", "Passed", "");
+    expect_case(m, "example_scaled_add/normal_odd_shape", "Passed", "");
+    expect_case(m, "example_scaled_add/specials_fp16", "Passed", "");
+    EXPECT(r.code == 0, "exit code {} (want 0)", r.code);
+  } else if (mode == "builtin") {
+    expect_case(m, "scaled_add_v1/int_exact", "Passed", "");
+    expect_case(m, "scaled_add_v1/normal_odd_shape", "NotSupported", "fp32");
+    expect_case(m, "scaled_add_v1/specials_fp16", "NotSupported", "fp16");
+    EXPECT(r.code == 0, "exit code {} (want 0)", r.code);
+    FILE* f = std::fopen("/tmp/assay_gate_gpu_junit.xml", "r");
+    EXPECT(f != nullptr, "no JUnit file");
+    if (f) {
+      std::string x;
+      char buf[4096];
+      size_t n;
+      while ((n = fread(buf, 1, sizeof buf, f)) > 0) x.append(buf, n);
+      std::fclose(f);
+      EXPECT(x.find("<testcase classname=\"scaled_add.scaled_add_v1\" name=\"int_exact\"") != std::string::npos, "JUnit lacks the case");
+      EXPECT(x.find("<skipped") != std::string::npos, "JUnit lacks the skipped NotSupported cases");
+    }
+  }
+  fmt::print(stderr, "{}: {} failures\n", mode, g_failures);
+  return g_failures ? 1 : 0;
+}
