@@ -10,41 +10,21 @@
 #include "catch_compat.h"
 #include "verify/golden.h"
 #include "verify/h5.h"
+#include "verify/tests/cli_helpers.h"
 
 using namespace assay;
 namespace fs = std::filesystem;
 
 namespace {
-struct Run {
-  int code;
-  std::string out;
-};
-Run run(const std::string& args) {
-  const std::string cmd = std::string(ASSAY_EXE) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p);
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  int st = pclose(p);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
-}
+using assay_test::Run;
+using assay_test::slurp;
+Run run(const std::string& args) { return assay_test::run_assay(args); }
 int lines(const std::string& s) {
   int n = 0;
   for (char c : s) n += c == '\n';
   return n;
 }
-fs::path tmpdir(const std::string& name) {
-  auto d = fs::temp_directory_path() / "assay_test_cli" / name;
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), {});
-}
+fs::path tmpdir(const std::string& name) { return assay_test::fresh_dir("assay_test_cli", name); }
 // A candidate holding the golden's outputs (optionally transformed), as float32 like torch would write.
 void write_candidate(const fs::path& path, const Golden& g, double (*f)(double, size_t)) {
   auto h = h5::File::create(path.string());

@@ -13,6 +13,7 @@
 #include "kernels/registry.h"
 #include "reference/core/check.h"
 #include "verify/report.h"
+#include "verify/tests/cli_helpers.h"
 #include "verify/runner.h"
 #include "verify/sanitize.h"
 #include "verify/worker.h"
@@ -21,33 +22,12 @@ using namespace assay;
 namespace fs = std::filesystem;
 
 namespace {
-fs::path tmpdir(const std::string& name) {
-  auto d = fs::temp_directory_path() / "assay_test_runner" / name;
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), {});
-}
-struct Run {
-  int code;
-  std::string out;
-};
+using assay_test::Run;
+using assay_test::slurp;
+fs::path tmpdir(const std::string& name) { return assay_test::fresh_dir("assay_test_runner", name); }
 // Runs assay with every GPU hidden (CUDA_VISIBLE_DEVICES=""), so the CPU tests behave the same on a
 // GPU machine.
-Run run(const std::string& args) {
-  const std::string cmd = "env CUDA_VISIBLE_DEVICES= " + std::string(ASSAY_EXE) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p);
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  int st = pclose(p);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
-}
+Run run(const std::string& args) { return assay_test::run_assay(args, "env CUDA_VISIBLE_DEVICES= "); }
 }  // namespace
 
 TEST_CASE("the watchdog kills a hung worker and its whole process group", "[cpu][L0]") {

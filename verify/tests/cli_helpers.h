@@ -1,0 +1,45 @@
+// Helpers for tests that run the assay binary as a separate process.
+#pragma once
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "catch_compat.h"
+
+namespace assay_test {
+
+struct Run {
+  int code;
+  std::string out;  // stdout and stderr together
+};
+
+// Runs `<ASSAY_EXE> args` (prefixed by `env_prefix`, e.g. "env CUDA_VISIBLE_DEVICES= ").
+inline Run run_assay(const std::string& args, const std::string& env_prefix = "") {
+  const std::string cmd = env_prefix + std::string(ASSAY_EXE) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int st = pclose(p);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+
+// A fresh, empty directory under the system temp dir.
+inline std::filesystem::path fresh_dir(const std::string& group, const std::string& name) {
+  auto d = std::filesystem::temp_directory_path() / group / name;
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  return d;
+}
+
+inline std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), {});
+}
+
+}  // namespace assay_test
