@@ -8,6 +8,7 @@
 //   default rounding mode, so n is the RNE-rounded significand on the format's grid continued past
 //   max. n == 2^(mant_bits+1) is the carry into the next binade. value = n * q exceeds max_finite
 //   exactly when the RNE result overflows.
+#include <bit>
 #include "reference/core/dtype.h"
 
 #include <algorithm>
@@ -66,26 +67,10 @@ const FloatCodes& codes(DType t) {
 
 bool is_int(DType t) { return static_cast<int>(t) >= static_cast<int>(DType::i8); }
 
-uint64_t f64_bits(double x) {
-  uint64_t b;
-  std::memcpy(&b, &x, 8);
-  return b;
-}
-double bits_f64(uint64_t b) {
-  double x;
-  std::memcpy(&x, &b, 8);
-  return x;
-}
-uint32_t f32_bits(float x) {
-  uint32_t b;
-  std::memcpy(&b, &x, 4);
-  return b;
-}
-float bits_f32(uint32_t b) {
-  float x;
-  std::memcpy(&x, &b, 4);
-  return x;
-}
+uint64_t f64_bits(double x) { return std::bit_cast<uint64_t>(x); }
+double bits_f64(uint64_t b) { return std::bit_cast<double>(b); }
+uint32_t f32_bits(float x) { return std::bit_cast<uint32_t>(x); }
+float bits_f32(uint32_t b) { return std::bit_cast<float>(b); }
 
 // floor(log2(a)) for finite a > 0 (exact, via frexp: a = m 2^e with m in [0.5, 1)).
 int floor_log2(double a) {

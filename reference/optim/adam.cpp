@@ -1,5 +1,6 @@
 // Adam / AdamW: fp32-exact emulations of the named implementations, the fp64 textbook step, the
 // a-priori f32-vs-f64 bound, BF16 master-weight copies and trajectories. See optim.h.
+#include <bit>
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -15,16 +16,8 @@ namespace assay::optim {
 // --------------------------------------------------------------------------------------------
 float f32(double x) { return static_cast<float>(x); }  // IEEE RNE on SSE2 (default rounding mode)
 
-uint32_t bits_of(float x) {
-  uint32_t b;
-  std::memcpy(&b, &x, 4);
-  return b;
-}
-float float_of(uint32_t b) {
-  float x;
-  std::memcpy(&x, &b, 4);
-  return x;
-}
+uint32_t bits_of(float x) { return std::bit_cast<uint32_t>(x); }
+float float_of(uint32_t b) { return std::bit_cast<float>(b); }
 
 float lerp_f32(float self, float end, float w) {
   // Lerp.h: (|w| < 0.5) ? self + w * (end - self) : end - (end - self) * (1 - w);

@@ -1,4 +1,5 @@
 // Golden builders (see quant.h): both forms, cross-check, package as OracleResult.
+#include <bit>
 #include <cmath>
 #include <cstring>
 
@@ -9,11 +10,7 @@ namespace assay::quant {
 
 namespace {
 
-uint32_t f32_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
+uint32_t f32_bits(float f) { return std::bit_cast<uint32_t>(f); }
 
 Output code_output(std::string name, std::vector<std::string> axes, Shape shape, DType dt,
                    const std::vector<uint8_t>& codes) {
