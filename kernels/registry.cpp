@@ -27,6 +27,16 @@ CaseParams CaseParams::parse(const std::string& case_toml) {
   for (const auto& [k, v] : *c) {
     if (auto d = v.value<double>(); d && (v.is_floating_point() || v.is_integer())) p.v_[std::string(k.str())] = *d;
     else if (auto b = v.value<bool>(); b && v.is_boolean()) p.v_[std::string(k.str())] = *b ? 1.0 : 0.0;
+    else if (auto str = v.value<std::string>(); str && v.is_string()) p.s_[std::string(k.str())] = *str;
+    else if (auto* arr = v.as_array()) {
+      std::vector<double> xs;
+      bool numeric = true;
+      for (const auto& e : *arr) {
+        if (auto d = e.value<double>(); d && (e.is_floating_point() || e.is_integer())) xs.push_back(*d);
+        else numeric = false;
+      }
+      if (numeric) p.l_[std::string(k.str())] = std::move(xs);
+    }
   }
   return p;
 }
@@ -38,6 +48,15 @@ double CaseParams::get_double(const std::string& k, double dflt) const {
 int64_t CaseParams::get_int(const std::string& k, int64_t dflt) const {
   auto it = v_.find(k);
   return it == v_.end() ? dflt : static_cast<int64_t>(it->second);
+}
+
+std::string CaseParams::get_string(const std::string& k, const std::string& dflt) const {
+  auto it = s_.find(k);
+  return it == s_.end() ? dflt : it->second;
+}
+std::vector<double> CaseParams::get_list(const std::string& k) const {
+  auto it = l_.find(k);
+  return it == l_.end() ? std::vector<double>{} : it->second;
 }
 
 const DevTensor* LaunchContext::input(std::string_view n) const {

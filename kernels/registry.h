@@ -33,17 +33,25 @@ struct DevTensor {
   size_t bytes() const { return static_cast<size_t>(numel()) * static_cast<size_t>(info(dtype).storage_bytes); }
 };
 
-// The case's numeric and boolean top-level TOML fields (alpha, beta, eps, chunk, causal=1/0 ...).
+// The case's top-level TOML fields: numbers and booleans (alpha, eps, causal=1/0 ...), strings
+// (recipe = "nvfp4") and arrays of numbers (seqlens_k = [70, 9, 0]).
 class CaseParams {
  public:
   static CaseParams parse(const std::string& case_toml);  // throws InputError on malformed TOML
   bool has(const std::string& k) const { return v_.count(k) != 0; }
   double get_double(const std::string& k, double dflt) const;
   int64_t get_int(const std::string& k, int64_t dflt) const;
+  // String fields (recipe = "nvfp4") and arrays of numbers (window = [8, -1]).
+  bool has_string(const std::string& k) const { return s_.count(k) != 0; }
+  std::string get_string(const std::string& k, const std::string& dflt) const;
+  bool has_list(const std::string& k) const { return l_.count(k) != 0; }
+  std::vector<double> get_list(const std::string& k) const;  // empty if absent
   const std::map<std::string, double>& all() const { return v_; }
 
  private:
   std::map<std::string, double> v_;
+  std::map<std::string, std::string> s_;
+  std::map<std::string, std::vector<double>> l_;
 };
 
 struct LaunchContext {

@@ -211,6 +211,12 @@ TEST_CASE("case parameters come from the golden's case text", "[cpu][L0]") {
   CHECK(p.get_int("causal", 0) == 1);
   CHECK_FALSE(p.has("name"));
   CHECK(p.get_double("missing", 7.0) == 7.0);
+  CHECK(p.get_string("name", "") == "x");
+  CHECK(p.get_string("recipe", "none") == "none");
+  const auto q = kernels::CaseParams::parse("[[case]]\nwindow = [8, -1]\nnames = [\"a\"]\n");
+  CHECK(q.get_list("window") == std::vector<double>{8.0, -1.0});
+  CHECK_FALSE(q.has_list("names"));  // only arrays of numbers
+  CHECK(q.get_list("absent").empty());
   CHECK_THROWS_AS(kernels::CaseParams::parse("[[case]\n"), assay::InputError);
 }
 

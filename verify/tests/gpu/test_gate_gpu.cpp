@@ -3,7 +3,13 @@
 //
 //   test_gate_gpu MODE --assay EXE --plugin-dir DIR --golden DIR
 //   MODE: mutants | example_plugin | builtin | sanitize-memcheck | sanitize-racecheck |
-//         sanitize-synccheck | sanitize-initcheck
+//         sanitize-synccheck | sanitize-initcheck            (the gate's own machinery)
+//         kernels-<op>                 every built-in kernel of <op> on its L0 goldens: Passed or
+//                                      NotSupported, each kernel passing at least one case
+//         mutants-attention            every attention GPU mutant (libassay_attention_mutants.so)
+//                                      is rejected (Incorrect or Failed) on at least one L0 golden
+//         sanitize-kernels-<tool>      every built-in quant / optim kernel on all its L0 cases and
+//                                      the attention kernels on a reduced set: 0 sanitizer errors
 //
 // With a CTest resource spec (cmake/resources/gpus.json), CTEST_RESOURCE_GROUP_0_GPUS="id:N,..."
 // pins the test to GPU N through CUDA_VISIBLE_DEVICES.
@@ -79,6 +85,24 @@ void expect_case(const std::map<std::string, nlohmann::json>& m, const std::stri
   fmt::print(stderr, "  {:<36} {:<12} {}\n", key, got, it->second.value("reason", std::string()));
 }
 
+// Built-in kernels of one op: every case Passed or NotSupported, each kernel passes >= 1 case.
+void expect_all_pass_or_unsupported(const nlohmann::json& j) {
+  std::map<std::string, std::map<std::string, int>> counts;
+  for (const auto& c : j["cases"]) {
+    const auto k = c.value("kernel", std::string()), v = c.value("verdict", std::string());
+    ++counts[k][v];
+    EXPECT(v == "Passed" || v == "NotSupported", "{}/{}: {} ({})", k, c.value("case", std::string()), v,
+           c.value("reason", std::string()));
+  }
+  EXPECT(!counts.empty(), "no kernel ran");
+  for (const auto& [k, vs] : counts) {
+    std::string line;
+    for (const auto& [v, n] : vs) line += fmt::format(" {}={}", v, n);
+    fmt::print(stderr, "  {:<32}{}\n", k, line);
+    EXPECT(vs.count("Passed") && vs.at("Passed") > 0, "{} passes no case", k);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -107,6 +131,63 @@ int main(int argc, char** argv) {
   const std::string mutants = plugin_dir + "/libassay_mutants.so", example = plugin_dir + "/libassay_example_plugin.so";
   const std::string common = fmt::format("--json --golden {} --no-fixture-check", golden);
   Run r;
+  const auto skip_if_no_gpu = [](const Run& run) {
+    if (run.j.is_object() && run.j["device"].is_null()) {
+      fmt::print(stderr, "SKIPPED: no GPU ({})\n", run.j.value("device_error", std::string()));
+      return true;
+    }
+    return false;
+  };
+  if (mode.rfind("kernels-", 0) == 0) {
+    const std::string op = mode.substr(8);
+    r = assay(exe, fmt::format("verify {} --op {}", common, op));
+    if (skip_if_no_gpu(r)) return 125;
+    EXPECT(r.j.is_object() && r.j.contains("cases"), "no JSON report");
+    if (r.j.is_object() && r.j.contains("cases")) expect_all_pass_or_unsupported(r.j);
+    EXPECT(r.code == 0, "exit code {} (want 0)", r.code);
+    fmt::print(stderr, "{}: {} failures\n", mode, g_failures);
+    return g_failures ? 1 : 0;
+  }
+  if (mode == "mutants-attention") {
+    r = assay(exe, fmt::format("verify {} --op attention --plugin {}/libassay_attention_mutants.so --kernel 'attention_mutant_*'",
+                               common, plugin_dir));
+    if (skip_if_no_gpu(r)) return 125;
+    std::map<std::string, std::vector<std::string>> rejected;
+    std::map<std::string, int> ran;
+    if (r.j.is_object() && r.j.contains("cases"))
+      for (const auto& c : r.j["cases"]) {
+        const auto k = c.value("kernel", std::string()), v = c.value("verdict", std::string());
+        if (v != "NotSupported") ++ran[k];
+        if (v == "Incorrect" || v == "Failed")
+          rejected[k].push_back(fmt::format("{} {}: {}", c.value("case", std::string()), v, c.value("reason", std::string())));
+      }
+    for (const char* m : {"kv_tile0", "no_o_rescale", "gqa_modulo", "fp16_partials", "causal_top_left"}) {
+      const std::string k = std::string("attention_mutant_") + m;
+      EXPECT(ran[k] > 0, "{} ran on no case", k);
+      EXPECT(!rejected[k].empty(), "{} was not rejected by any L0 golden", k);
+      fmt::print(stderr, "  {}: ran {} cases, rejected by {}\n", k, ran[k], rejected[k].size());
+      for (const auto& line : rejected[k]) fmt::print(stderr, "    {}\n", line);
+    }
+    EXPECT(r.code == 1, "exit code {} (want 1)", r.code);
+    fmt::print(stderr, "{}: {} failures\n", mode, g_failures);
+    return g_failures ? 1 : 0;
+  }
+  if (mode.rfind("sanitize-kernels-", 0) == 0) {
+    const std::string tool = mode.substr(17);
+    // Attention under the sanitizers: a reduced shape set (racecheck is slow on big tiles).
+    const char* reduced = "--case 'decode_sq1_*' --case 'paged_ps3_sink' --case 'd96_sq33_sk129' --case 'varlen_empty' "
+                          "--case 'causal_window_sink_sq_gt_sk' --case 'tiles3_t64_d80_fp16_splits7'";
+    for (const std::string& sel : {std::string("--op quant"), std::string("--op optim"),
+                                  fmt::format("--op attention {}", reduced)}) {
+      r = assay(exe, fmt::format("sanitize --tool {} {} --runs 1 {}", tool, common, sel));
+      if (skip_if_no_gpu(r)) return 125;
+      EXPECT(r.j.is_object() && r.j.contains("cases"), "no JSON report");
+      if (r.j.is_object() && r.j.contains("cases")) expect_all_pass_or_unsupported(r.j);
+      EXPECT(r.code == 0, "exit code {} (want 0)", r.code);
+    }
+    fmt::print(stderr, "{}: {} failures\n", mode, g_failures);
+    return g_failures ? 1 : 0;
+  }
   if (mode == "mutants") {
     // The acceptance run: one invocation with the correct built-in kernel and six broken ones.
     // The run must complete, report every case, and give each its verdict.

@@ -5,7 +5,7 @@
 //   v1: one thread per element, fp32 math with one FMA (alpha*x + (beta*y)), RNE to bf16.
 #include <cuda_bf16.h>
 
-#include "kernels/scaled_add.h"
+#include "kernels/scaled_add/scaled_add.h"
 
 namespace assay::kernels {
 

@@ -1,9 +1,9 @@
-// Registration of the scaled_add kernels (kernels/scaled_add.cu) with the kernel registry.
+// Registration of the scaled_add kernels (kernels/scaled_add/scaled_add.cu) with the kernel registry.
 // Tensors: x, y [B, T, D] bf16 codes in; out [B, T, D] bf16 codes. Case scalars alpha, beta.
 #include <cuda_runtime.h>
 
 #include "kernels/registry.h"
-#include "kernels/scaled_add.h"
+#include "kernels/scaled_add/scaled_add.h"
 
 namespace assay::kernels {
 namespace {
