@@ -1,0 +1,811 @@
+// Tensor-core attention forward (FA2-style) for sm_90: raw launchers for the gate registration
+// (kernels/attention/attention.cpp) and the benchmark.
+//
+// Tensors (golden names, storage codes, DESIGN.md vocabulary; see attention_params.h):
+//   q  bf16|fp16 dense [B, Sq, Hq, D] | varlen [total_q, Hq, D]
+//   k  bf16|fp16 dense [B, Sk, Hkv, D] | packed [total_k, Hkv, D] | paged [num_pages, page_size, Hkv, D]
+//   v  as k with Dv;  sink fp32 [Hq] (optional)
+//   O  dtype of q, layout of q with Dv;  LSE fp32 dense [B, Hq, Sq] | varlen [Hq, total_q]
+// Convention: FlashAttention (reference/attention/attention.h): bottom-right causal, inclusive
+// window, GQA h / (Hq / Hkv), sink in the denominator only (folded into split 0), fully masked
+// rows O = 0 / LSE = -inf (LSE = sink with a sink), natural-log LSE.
+//
+// Every launcher needs p.max_seqlen_q (host-side upper bound of the per-sequence query length:
+// the grid is sized from it) and p.max_seqlen_k (decode: split heuristic only).
+// Head dims: any D, Dv in [1, 256]; the kernels pad both up to one of {32, 64, 96, 128, 256}
+// with zero fill (16-byte cp.async when D and Dv are multiples of 8 and the tensors are 16-byte
+// aligned, element loads otherwise).
+#pragma once
+#include <cuda_runtime.h>
+
+#include "kernels/attention/attention_params.h"
+
+namespace assay::kernels::attention {
+
+// v2: one CTA per (query tile of 128 rows (64 for padded head dim 256), batch, query head); the
+// whole key range; writes O and LSE directly. Ignores p.num_splits.
+cudaError_t attention_fwd_v2(const AttnParams& p, cudaStream_t s);
+
+// v2 split-KV: grid.z = p.num_splits over the oracle's split scheme (p.tile_n keys per tile,
+// ceil(n_tiles / num_splits) contiguous tiles per split); fp32 partials in a cudaMallocAsync
+// workspace on s, combined by launch_attention_combine, workspace freed on s.
+cudaError_t attention_fwd_v2_split(const AttnParams& p, cudaStream_t s);
+
+// v3 decode: the Sq x (Hq / Hkv) query rows of one GQA group packed into one query tile (K/V of a
+// KV head read once per group), split-KV over the keys. num_splits > 0: that many splits of the
+// p.tile_n scheme; 0: chosen from the SM count (tile_n = 64). One split writes O / LSE directly.
+// Meant for max_seqlen_q <= 16 (correct for any Sq).
+cudaError_t attention_decode_v3(const AttnParams& p, cudaStream_t s, int num_splits);
+
+// The padded head dim the kernels use for (D, Dv), or 0 if unsupported (max(D, Dv) > 256).
+int attention_fwd_padded_dim(int D, int Dv);
+
+}  // namespace assay::kernels::attention
+
+// ------------------------------------------------------------------------------------------------
+// Implementation section: the kernel template, compiled only by attention_fwd.cu (bf16
+// instantiations and the v2 launchers) and attention_decode.cu (fp16 instantiations and the v3
+// launcher), so that the two halves build in parallel.
+#if defined(__CUDACC__) && defined(ASSAY_ATTENTION_FWD_IMPL)
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+namespace assay::kernels::attention::fwd {
+
+constexpr int BN = 64;  // keys per KV tile (shared memory)
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+template <int DP>
+struct Cfg {
+  // Query rows per CTA (16 per warp). Measured on H100 (B=2, H=16, S=4096, D=128): 128 rows
+  // (8 warps, 1 CTA/SM) 165 / 142 TFLOP/s non-causal / causal; 64 rows (4 warps, 2 CTAs/SM, Q
+  // fragments in registers) 149 / 130.
+  static constexpr int BM = DP >= 256 ? 64 : 128;
+  static constexpr int NW = BM / 16;
+  static constexpr int NT = NW * 32;
+  static constexpr int LD = DP + 8;  // shared row stride in elements: +16 B keeps ldmatrix conflict-free
+  static constexpr int SMEM = (BM + 4 * BN) * LD * 2;  // Q + 2 stages of K and V
+};
+
+struct Flags {
+  int packed;   // rows of a CTA = packed (query, head-of-group) pairs of one KV head
+  int partial;  // write fp32 split partials (grid.z = num_splits) instead of O / LSE
+  int vec16;    // 16-byte cp.async loads (D, Dv multiples of 8, aligned pointers)
+};
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, int bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(p)));
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(p)));
+}
+
+template <typename T>
+struct Ty;
+template <>
+struct Ty<__nv_bfloat16> {
+  __device__ static __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+  __device__ static __forceinline__ uint32_t pack(float lo, float hi) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&h);
+  }
+  __device__ static __forceinline__ uint16_t code(float x) {
+    __nv_bfloat16 h = __float2bfloat16_rn(x);
+    return *reinterpret_cast<uint16_t*>(&h);
+  }
+};
+template <>
+struct Ty<__half> {
+  __device__ static __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+  __device__ static __forceinline__ uint32_t pack(float lo, float hi) {
+    __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&h);
+  }
+  __device__ static __forceinline__ uint16_t code(float x) {
+    __half h = __float2half_rn(x);
+    return *reinterpret_cast<uint16_t*>(&h);
+  }
+};
+
+// One query row of a CTA: sequence row i, query head h; valid = inside the sequence.
+struct RowMap {
+  int i, h;
+  bool valid;
+};
+__device__ __forceinline__ RowMap map_row(int gr, int rows_total, int packed, int G, int hk, int hfix) {
+  RowMap m;
+  m.valid = gr < rows_total;
+  if (packed) {
+    m.i = gr / G;
+    m.h = hk * G + gr % G;
+  } else {
+    m.i = gr;
+    m.h = hfix;
+  }
+  return m;
+}
+
+// Grid: x = query tiles (heaviest first), y = B * Hq (B * Hkv when packed), z = splits.
+template <typename T, int DP>
+__global__ void __launch_bounds__(Cfg<DP>::NT, 1) attn_fwd_kernel(const AttnParams p, const Flags f) {
+  using C = Cfg<DP>;
+  constexpr int BM = C::BM, LD = C::LD, NT = C::NT;
+  constexpr int CPR = DP / 8;  // 16-byte chunks per row
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  uint16_t* sQ = reinterpret_cast<uint16_t*>(smem_raw);
+  uint16_t* sK = sQ + BM * LD;
+  uint16_t* sV = sK + 2 * BN * LD;
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int mblock = gridDim.x - 1 - blockIdx.x;
+  const int G = p.Hq / p.Hkv;
+  int b, hk, hfix = 0;
+  if (f.packed) {
+    b = blockIdx.y / p.Hkv;
+    hk = blockIdx.y % p.Hkv;
+  } else {
+    b = blockIdx.y / p.Hq;
+    hfix = blockIdx.y % p.Hq;
+    hk = kv_head(p, hfix);
+  }
+  const int split = blockIdx.z;
+  const int sq = seqlen_q(p, b), sk = seqlen_k(p, b);
+  const int rows_total = f.packed ? sq * G : sq;
+  const int row0 = mblock * BM;
+  if (row0 >= rows_total) return;
+  const int qs = q_start(p, b);
+
+  // Key range of this split.
+  int k0 = 0, k1 = sk;
+  if (f.partial) {
+    const int64_t per = static_cast<int64_t>(tiles_per_split(p, sk)) * p.tile_n;
+    const int64_t a = per * split, e = per * (split + 1);
+    k0 = static_cast<int>(a < sk ? a : sk);
+    k1 = static_cast<int>(e < sk ? e : sk);
+  }
+  // Visible keys of the CTA: [lo(first row), hi(last row)] (both bounds monotonic in i).
+  const int last = (row0 + BM < rows_total ? row0 + BM : rows_total) - 1;
+  const RowMap rf = map_row(row0, rows_total, f.packed, G, hk, hfix);
+  const RowMap rl = map_row(last, rows_total, f.packed, G, hk, hfix);
+  const KeyRange kf = visible_keys(p, rf.i, sq, sk), kl = visible_keys(p, rl.i, sq, sk);
+  const int lo_cta = max(kf.lo, k0), hi_cta = min(kl.hi, k1 - 1);
+  const int max_lo = max(kl.lo, k0), min_hi = min(kf.hi, k1 - 1);  // full tiles: inside both
+  int kbase = 0, ntiles = 0;
+  if (lo_cta <= hi_cta) {
+    kbase = max(k0, (lo_cta / BN) * BN);
+    ntiles = (hi_cta - kbase) / BN + 1;
+  }
+
+  // Per-thread rows (two per thread: g and g + 8 of the warp's 16).
+  const int wr0 = warp * 16;
+  const bool warp_active = row0 + wr0 <= last;
+  const int g = lane >> 2, qd = lane & 3;
+  RowMap rm[2];
+  int rlo[2], rhi[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    rm[r] = map_row(row0 + wr0 + g + 8 * r, rows_total, f.packed, G, hk, hfix);
+    if (rm[r].valid) {
+      const KeyRange kr = visible_keys(p, rm[r].i, sq, sk);
+      rlo[r] = max(kr.lo, k0);
+      rhi[r] = min(kr.hi, k1 - 1);
+    } else {
+      rlo[r] = 1, rhi[r] = 0;
+    }
+  }
+
+  const uint16_t* __restrict__ gq = static_cast<const uint16_t*>(p.q);
+  const uint16_t* __restrict__ gk = static_cast<const uint16_t*>(p.k);
+  const uint16_t* __restrict__ gv = static_cast<const uint16_t*>(p.v);
+  const int D = p.D, Dv = p.Dv;
+
+  auto load_q = [&]() {
+    if (f.vec16) {
+      for (int c = tid; c < BM * CPR; c += NT) {
+        const int r = c / CPR, col = (c % CPR) * 8;
+        const RowMap m = map_row(row0 + r, rows_total, f.packed, G, hk, hfix);
+        const bool ok = m.valid && col < D;
+        const uint16_t* src = ok ? gq + (static_cast<int64_t>(qs + m.i) * p.Hq + m.h) * D + col : gq;
+        cp_async16(sQ + r * LD + col, src, ok ? 16 : 0);
+      }
+    } else {
+      for (int e = tid; e < BM * DP; e += NT) {
+        const int r = e / DP, col = e % DP;
+        const RowMap m = map_row(row0 + r, rows_total, f.packed, G, hk, hfix);
+        uint16_t x = 0;
+        if (m.valid && col < D) x = gq[(static_cast<int64_t>(qs + m.i) * p.Hq + m.h) * D + col];
+        sQ[r * LD + col] = x;
+      }
+    }
+  };
+  // K/V tile t into stage st: keys kbase + t*BN + r; keys past hi_cta are zero rows.
+  auto load_kv = [&](int t, int st) {
+    uint16_t* dK = sK + st * BN * LD;
+    uint16_t* dV = sV + st * BN * LD;
+    const int kt = kbase + t * BN;
+    if (f.vec16) {
+#pragma unroll
+      for (int it = 0; it < (BN * CPR + NT - 1) / NT; ++it) {
+        const int c = tid + it * NT;
+        if (BN * CPR % NT == 0 || c < BN * CPR) {
+          const int r = c / CPR, col = (c % CPR) * 8;
+          const int j = kt + r;
+          const bool ok = j <= hi_cta;
+          const int64_t tok = ok ? kv_token_index(p, b, j) : 0;
+          const bool okk = ok && col < D, okv = ok && col < Dv;
+          cp_async16(dK + r * LD + col, okk ? gk + (tok * p.Hkv + hk) * D + col : gk, okk ? 16 : 0);
+          cp_async16(dV + r * LD + col, okv ? gv + (tok * p.Hkv + hk) * Dv + col : gv, okv ? 16 : 0);
+        }
+      }
+    } else {
+      for (int e = tid; e < BN * DP; e += NT) {
+        const int r = e / DP, col = e % DP;
+        const int j = kt + r;
+        uint16_t xk = 0, xv = 0;
+        if (j <= hi_cta) {
+          const int64_t tok = kv_token_index(p, b, j);
+          if (col < D) xk = gk[(tok * p.Hkv + hk) * D + col];
+          if (col < Dv) xv = gv[(tok * p.Hkv + hk) * Dv + col];
+        }
+        dK[r * LD + col] = xk;
+        dV[r * LD + col] = xv;
+      }
+    }
+  };
+
+  float acc[DP / 8][4];
+#pragma unroll
+  for (int n = 0; n < DP / 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[n][e] = 0.f;
+  float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.f, 0.f};
+  const float sl2 = p.scale * kLog2e;
+  const bool softcap = p.softcap > 0.f;
+  const float cap_in = softcap ? p.scale / p.softcap : 0.f, cap_out = p.softcap * kLog2e;
+
+  if (ntiles > 0) {
+    load_q();
+    load_kv(0, 0);
+    cp_async_commit();
+    for (int t = 0; t < ntiles; ++t) {
+      if (t + 1 < ntiles) {
+        load_kv(t + 1, (t + 1) & 1);
+        cp_async_commit();
+        cp_async_wait<1>();
+      } else {
+        cp_async_wait<0>();
+      }
+      __syncthreads();
+      if (warp_active) {
+        const uint16_t* cK = sK + (t & 1) * BN * LD;
+        const uint16_t* cV = sV + (t & 1) * BN * LD;
+        const int kt = kbase + t * BN;
+        // S = Q K^T (16 x BN per warp), fp32.
+        float s[BN / 8][4];
+#pragma unroll
+        for (int n = 0; n < BN / 8; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[n][e] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < DP / 16; ++kk) {
+          uint32_t a[4];
+          ldsm_x4(a, sQ + (wr0 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + kk * 16 + (lane >> 4) * 8);
+#pragma unroll
+          for (int np = 0; np < BN / 16; ++np) {
+            uint32_t bb[4];
+            ldsm_x4(bb, cK + (np * 16 + (lane & 7) + (lane >> 4) * 8) * LD + kk * 16 + ((lane >> 3) & 1) * 8);
+            Ty<T>::mma(s[2 * np], a, bb[0], bb[1]);
+            Ty<T>::mma(s[2 * np + 1], a, bb[2], bb[3]);
+          }
+        }
+        // Scores in log2 units, softcap, mask.
+        const bool need_mask = !(kt >= max_lo && kt + BN - 1 <= min_hi);
+#pragma unroll
+        for (int n = 0; n < BN / 8; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            float x = s[n][e];
+            x = softcap ? cap_out * tanhf(x * cap_in) : x * sl2;
+            if (need_mask) {
+              const int j = kt + n * 8 + qd * 2 + (e & 1);
+              const int r = e >> 1;
+              if (j < rlo[r] || j > rhi[r]) x = -INFINITY;
+            }
+            s[n][e] = x;
+          }
+        // Online softmax: running max, rescale of l and O.
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          float mx = -INFINITY;
+#pragma unroll
+          for (int n = 0; n < BN / 8; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          const float mnew = fmaxf(mrow[r], mx);
+          const float muse = mnew == -INFINITY ? 0.f : mnew;
+          const float alpha = exp2f(mrow[r] - muse);
+          mrow[r] = mnew;
+          float sum = 0.f;
+#pragma unroll
+          for (int n = 0; n < BN / 8; ++n) {
+            s[n][2 * r] = exp2f(s[n][2 * r] - muse);
+            s[n][2 * r + 1] = exp2f(s[n][2 * r + 1] - muse);
+            sum += s[n][2 * r] + s[n][2 * r + 1];
+          }
+          lrow[r] = lrow[r] * alpha + sum;
+#pragma unroll
+          for (int n = 0; n < DP / 8; ++n) {
+            acc[n][2 * r] *= alpha;
+            acc[n][2 * r + 1] *= alpha;
+          }
+        }
+        // O += P V: P from registers (the S accumulator layout is the A fragment layout).
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; ++kk) {
+          uint32_t a[4];
+          a[0] = Ty<T>::pack(s[2 * kk][0], s[2 * kk][1]);
+          a[1] = Ty<T>::pack(s[2 * kk][2], s[2 * kk][3]);
+          a[2] = Ty<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+          a[3] = Ty<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+          for (int dp = 0; dp < DP / 16; ++dp) {
+            uint32_t bb[4];
+            ldsm_x4_t(bb, cV + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + dp * 16 + (lane >> 4) * 8);
+            Ty<T>::mma(acc[2 * dp], a, bb[0], bb[1]);
+            Ty<T>::mma(acc[2 * dp + 1], a, bb[2], bb[3]);
+          }
+        }
+      }
+      __syncthreads();  // stage t & 1 is overwritten by the loads of iteration t + 1
+    }
+  }
+  if (!warp_active) return;
+
+  // Finalize: quad-reduce l, fold the sink (unsplit, or split 0), normalise, store.
+  const bool with_sink = p.sink != nullptr && (!f.partial || split == 0);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = lrow[r];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    if (!rm[r].valid) continue;
+    const int i = rm[r].i, h = rm[r].h;
+    float m = mrow[r], oscale, lse;
+    if (with_sink) {
+      const float sx = p.sink[h] * kLog2e;
+      const float mf = fmaxf(m, sx);
+      const float em = exp2f(m - mf);
+      l = l * em + exp2f(sx - mf);
+      oscale = em / l;
+      lse = (mf + log2f(l)) * kLn2;
+    } else if (l > 0.f) {
+      oscale = 1.f / l;
+      lse = (m + log2f(l)) * kLn2;
+    } else {
+      oscale = 0.f;
+      lse = -INFINITY;
+    }
+    const int64_t qrow = static_cast<int64_t>(qs + i);
+    if (f.partial) {
+      const int64_t prow = static_cast<int64_t>(split) * p.total_q + qrow;
+      float* po = p.o_partial + (prow * p.Hq + h) * Dv;
+#pragma unroll
+      for (int n = 0; n < DP / 8; ++n) {
+        const int col = n * 8 + qd * 2;
+        if ((Dv & 1) == 0) {
+          if (col < Dv) *reinterpret_cast<float2*>(po + col) = make_float2(acc[n][2 * r] * oscale, acc[n][2 * r + 1] * oscale);
+        } else {
+          if (col < Dv) po[col] = acc[n][2 * r] * oscale;
+          if (col + 1 < Dv) po[col + 1] = acc[n][2 * r + 1] * oscale;
+        }
+      }
+      if (qd == 0) p.lse_partial[prow * p.Hq + h] = lse;
+    } else {
+      uint16_t* po = static_cast<uint16_t*>(p.o) + (qrow * p.Hq + h) * Dv;
+#pragma unroll
+      for (int n = 0; n < DP / 8; ++n) {
+        const int col = n * 8 + qd * 2;
+        const uint16_t c0 = Ty<T>::code(acc[n][2 * r] * oscale), c1 = Ty<T>::code(acc[n][2 * r + 1] * oscale);
+        if ((Dv & 1) == 0) {
+          if (col < Dv) *reinterpret_cast<uint32_t*>(po + col) = static_cast<uint32_t>(c0) | (static_cast<uint32_t>(c1) << 16);
+        } else {
+          if (col < Dv) po[col] = c0;
+          if (col + 1 < Dv) po[col + 1] = c1;
+        }
+      }
+      if (qd == 0) p.lse[lse_index(p, b, h, i)] = lse;
+    }
+  }
+}
+
+// ------------------------------------------------------------------------------------------------
+// v3 decode kernel: the packed query rows of one GQA group fit one m16 tile (Sq * G <= 16). The 4
+// warps split every 64-key tile by keys (warp w: keys 16w .. 16w + 15), each with its own online
+// softmax state over the same 16 rows; the four states are merged through shared memory at the
+// end (max, rescaled sums), in a fixed order (deterministic).
+// Grid: x = 1, y = B * Hkv, z = splits.
+template <int DP>
+struct DCfg {
+  static constexpr int NW = 4, NT = 128, LD = DP + 8;
+  static constexpr int SMEM = (16 + 4 * BN) * LD * 2;  // Q (16 rows) + 2 stages of K and V
+};
+
+template <typename T, int DP>
+__global__ void __launch_bounds__(128) attn_decode_kernel(const AttnParams p, const Flags f) {
+  using C = DCfg<DP>;
+  constexpr int LD = C::LD, NT = C::NT, NW = C::NW;
+  constexpr int CPR = DP / 8;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  __shared__ float red_m[NW][16], red_l[NW][16];
+  uint16_t* sQ = reinterpret_cast<uint16_t*>(smem_raw);
+  uint16_t* sK = sQ + 16 * LD;
+  uint16_t* sV = sK + 2 * BN * LD;
+  float* red = reinterpret_cast<float*>(sK);  // [NW][16][DP], reuses the K/V stages after the loop
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int G = p.Hq / p.Hkv;
+  const int b = blockIdx.y / p.Hkv, hk = blockIdx.y % p.Hkv, split = blockIdx.z;
+  const int sq = seqlen_q(p, b), sk = seqlen_k(p, b);
+  const int rows_total = min(sq * G, 16);  // the host guarantees sq * G <= 16
+  if (rows_total <= 0) return;
+  const int qs = q_start(p, b);
+
+  int k0 = 0, k1 = sk;
+  if (f.partial) {
+    const int64_t per = static_cast<int64_t>(tiles_per_split(p, sk)) * p.tile_n;
+    const int64_t a = per * split, e = per * (split + 1);
+    k0 = static_cast<int>(a < sk ? a : sk);
+    k1 = static_cast<int>(e < sk ? e : sk);
+  }
+  const RowMap rf = map_row(0, rows_total, 1, G, hk, 0);
+  const RowMap rl = map_row(rows_total - 1, rows_total, 1, G, hk, 0);
+  const KeyRange kf = visible_keys(p, rf.i, sq, sk), kl = visible_keys(p, rl.i, sq, sk);
+  const int lo_cta = max(kf.lo, k0), hi_cta = min(kl.hi, k1 - 1);
+  const int max_lo = max(kl.lo, k0), min_hi = min(kf.hi, k1 - 1);
+  int kbase = 0, ntiles = 0;
+  if (lo_cta <= hi_cta) {
+    kbase = max(k0, (lo_cta / BN) * BN);
+    ntiles = (hi_cta - kbase) / BN + 1;
+  }
+
+  const int g = lane >> 2, qd = lane & 3;
+  int rlo[2], rhi[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const RowMap m = map_row(g + 8 * r, rows_total, 1, G, hk, 0);
+    if (m.valid) {
+      const KeyRange kr = visible_keys(p, m.i, sq, sk);
+      rlo[r] = max(kr.lo, k0);
+      rhi[r] = min(kr.hi, k1 - 1);
+    } else {
+      rlo[r] = 1, rhi[r] = 0;
+    }
+  }
+
+  const uint16_t* __restrict__ gq = static_cast<const uint16_t*>(p.q);
+  const uint16_t* __restrict__ gk = static_cast<const uint16_t*>(p.k);
+  const uint16_t* __restrict__ gv = static_cast<const uint16_t*>(p.v);
+  const int D = p.D, Dv = p.Dv;
+
+  auto load_q = [&]() {
+    if (f.vec16) {
+      for (int c = tid; c < 16 * CPR; c += NT) {
+        const int r = c / CPR, col = (c % CPR) * 8;
+        const RowMap m = map_row(r, rows_total, 1, G, hk, 0);
+        const bool ok = m.valid && col < D;
+        const uint16_t* src = ok ? gq + (static_cast<int64_t>(qs + m.i) * p.Hq + m.h) * D + col : gq;
+        cp_async16(sQ + r * LD + col, src, ok ? 16 : 0);
+      }
+    } else {
+      for (int e = tid; e < 16 * DP; e += NT) {
+        const int r = e / DP, col = e % DP;
+        const RowMap m = map_row(r, rows_total, 1, G, hk, 0);
+        uint16_t x = 0;
+        if (m.valid && col < D) x = gq[(static_cast<int64_t>(qs + m.i) * p.Hq + m.h) * D + col];
+        sQ[r * LD + col] = x;
+      }
+    }
+  };
+  auto load_kv = [&](int t, int st) {
+    uint16_t* dK = sK + st * BN * LD;
+    uint16_t* dV = sV + st * BN * LD;
+    const int kt = kbase + t * BN;
+    if (f.vec16) {
+#pragma unroll
+      for (int it = 0; it < (BN * CPR + NT - 1) / NT; ++it) {
+        const int c = tid + it * NT;
+        if (BN * CPR % NT == 0 || c < BN * CPR) {
+          const int r = c / CPR, col = (c % CPR) * 8;
+          const int j = kt + r;
+          const bool ok = j <= hi_cta;
+          const int64_t tok = ok ? kv_token_index(p, b, j) : 0;
+          const bool okk = ok && col < D, okv = ok && col < Dv;
+          cp_async16(dK + r * LD + col, okk ? gk + (tok * p.Hkv + hk) * D + col : gk, okk ? 16 : 0);
+          cp_async16(dV + r * LD + col, okv ? gv + (tok * p.Hkv + hk) * Dv + col : gv, okv ? 16 : 0);
+        }
+      }
+    } else {
+      for (int e = tid; e < BN * DP; e += NT) {
+        const int r = e / DP, col = e % DP;
+        const int j = kt + r;
+        uint16_t xk = 0, xv = 0;
+        if (j <= hi_cta) {
+          const int64_t tok = kv_token_index(p, b, j);
+          if (col < D) xk = gk[(tok * p.Hkv + hk) * D + col];
+          if (col < Dv) xv = gv[(tok * p.Hkv + hk) * Dv + col];
+        }
+        dK[r * LD + col] = xk;
+        dV[r * LD + col] = xv;
+      }
+    }
+  };
+
+  float acc[DP / 8][4];
+#pragma unroll
+  for (int n = 0; n < DP / 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[n][e] = 0.f;
+  float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.f, 0.f};
+  const float sl2 = p.scale * kLog2e;
+  const bool softcap = p.softcap > 0.f;
+  const float cap_in = softcap ? p.scale / p.softcap : 0.f, cap_out = p.softcap * kLog2e;
+
+  if (ntiles > 0) {
+    load_q();
+    load_kv(0, 0);
+    cp_async_commit();
+    for (int t = 0; t < ntiles; ++t) {
+      if (t + 1 < ntiles) {
+        load_kv(t + 1, (t + 1) & 1);
+        cp_async_commit();
+        cp_async_wait<1>();
+      } else {
+        cp_async_wait<0>();
+      }
+      __syncthreads();
+      {
+        const uint16_t* cK = sK + (t & 1) * BN * LD + warp * 16 * LD;  // this warp's 16 keys
+        const uint16_t* cV = sV + (t & 1) * BN * LD + warp * 16 * LD;
+        const int kw = kbase + t * BN + warp * 16;
+        float s[2][4];
+#pragma unroll
+        for (int n = 0; n < 2; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[n][e] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < DP / 16; ++kk) {
+          uint32_t a[4], bb[4];
+          ldsm_x4(a, sQ + ((lane & 7) + ((lane >> 3) & 1) * 8) * LD + kk * 16 + (lane >> 4) * 8);
+          ldsm_x4(bb, cK + ((lane & 7) + (lane >> 4) * 8) * LD + kk * 16 + ((lane >> 3) & 1) * 8);
+          Ty<T>::mma(s[0], a, bb[0], bb[1]);
+          Ty<T>::mma(s[1], a, bb[2], bb[3]);
+        }
+        const bool need_mask = !(kw >= max_lo && kw + 15 <= min_hi);
+#pragma unroll
+        for (int n = 0; n < 2; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            float x = s[n][e];
+            x = softcap ? cap_out * tanhf(x * cap_in) : x * sl2;
+            if (need_mask) {
+              const int j = kw + n * 8 + qd * 2 + (e & 1);
+              const int r = e >> 1;
+              if (j < rlo[r] || j > rhi[r]) x = -INFINITY;
+            }
+            s[n][e] = x;
+          }
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          float mx = fmaxf(fmaxf(s[0][2 * r], s[0][2 * r + 1]), fmaxf(s[1][2 * r], s[1][2 * r + 1]));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          const float mnew = fmaxf(mrow[r], mx);
+          const float muse = mnew == -INFINITY ? 0.f : mnew;
+          const float alpha = exp2f(mrow[r] - muse);
+          mrow[r] = mnew;
+          float sum = 0.f;
+#pragma unroll
+          for (int n = 0; n < 2; ++n) {
+            s[n][2 * r] = exp2f(s[n][2 * r] - muse);
+            s[n][2 * r + 1] = exp2f(s[n][2 * r + 1] - muse);
+            sum += s[n][2 * r] + s[n][2 * r + 1];
+          }
+          lrow[r] = lrow[r] * alpha + sum;
+#pragma unroll
+          for (int n = 0; n < DP / 8; ++n) {
+            acc[n][2 * r] *= alpha;
+            acc[n][2 * r + 1] *= alpha;
+          }
+        }
+        uint32_t a[4];
+        a[0] = Ty<T>::pack(s[0][0], s[0][1]);
+        a[1] = Ty<T>::pack(s[0][2], s[0][3]);
+        a[2] = Ty<T>::pack(s[1][0], s[1][1]);
+        a[3] = Ty<T>::pack(s[1][2], s[1][3]);
+#pragma unroll
+        for (int dp = 0; dp < DP / 16; ++dp) {
+          uint32_t bb[4];
+          ldsm_x4_t(bb, cV + ((lane & 7) + ((lane >> 3) & 1) * 8) * LD + dp * 16 + (lane >> 4) * 8);
+          Ty<T>::mma(acc[2 * dp], a, bb[0], bb[1]);
+          Ty<T>::mma(acc[2 * dp + 1], a, bb[2], bb[3]);
+        }
+      }
+      __syncthreads();
+    }
+  }
+
+  // Merge the four warps' states (the K/V stages are free: the loop ended with a barrier).
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = lrow[r];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    if (qd == 0) {
+      red_m[warp][g + 8 * r] = mrow[r];
+      red_l[warp][g + 8 * r] = l;
+    }
+  }
+#pragma unroll
+  for (int n = 0; n < DP / 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) red[(warp * 16 + g + 8 * (e >> 1)) * DP + n * 8 + qd * 2 + (e & 1)] = acc[n][e];
+  __syncthreads();
+
+  const bool with_sink = p.sink != nullptr && (!f.partial || split == 0);
+  for (int idx = tid; idx < 16 * DP; idx += NT) {
+    const int r = idx / DP, c = idx % DP;
+    const RowMap m = map_row(r, rows_total, 1, G, hk, 0);
+    if (!m.valid || c >= Dv) continue;
+    float M = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < NW; ++w) M = fmaxf(M, red_m[w][r]);
+    const float Mu = M == -INFINITY ? 0.f : M;
+    float L = 0.f, O = 0.f;
+#pragma unroll
+    for (int w = 0; w < NW; ++w) {
+      const float sc = exp2f(red_m[w][r] - Mu);
+      L += red_l[w][r] * sc;
+      O += red[(w * 16 + r) * DP + c] * sc;
+    }
+    float oscale, lse;
+    if (with_sink) {
+      const float sx = p.sink[m.h] * kLog2e;
+      const float mf = fmaxf(M, sx);
+      const float em = exp2f(M - mf);
+      L = L * em + exp2f(sx - mf);
+      oscale = em / L;
+      lse = (mf + log2f(L)) * kLn2;
+    } else if (L > 0.f) {
+      oscale = 1.f / L;
+      lse = (M + log2f(L)) * kLn2;
+    } else {
+      oscale = 0.f;
+      lse = -INFINITY;
+    }
+    const int64_t qrow = static_cast<int64_t>(qs + m.i);
+    if (f.partial) {
+      const int64_t prow = static_cast<int64_t>(split) * p.total_q + qrow;
+      p.o_partial[(prow * p.Hq + m.h) * Dv + c] = O * oscale;
+      if (c == 0) p.lse_partial[prow * p.Hq + m.h] = lse;
+    } else {
+      static_cast<uint16_t*>(p.o)[(qrow * p.Hq + m.h) * Dv + c] = Ty<T>::code(O * oscale);
+      if (c == 0) p.lse[lse_index(p, b, m.h, m.i)] = lse;
+    }
+  }
+}
+
+template <typename T, int DP>
+cudaError_t launch_decode(const AttnParams& p, bool partial, cudaStream_t s) {
+  using C = DCfg<DP>;
+  const int64_t gy = static_cast<int64_t>(p.B) * p.Hkv;
+  const int gz = partial ? p.num_splits : 1;
+  if (gy <= 0 || p.max_seqlen_q <= 0) return cudaSuccess;
+  if (gy > 65535 || gz > 65535) return cudaErrorInvalidConfiguration;
+  if (static_cast<int64_t>(p.max_seqlen_q) * (p.Hq / p.Hkv) > 16) return cudaErrorInvalidValue;
+  Flags f;
+  f.packed = 1, f.partial = partial;
+  const auto al = [](const void* x) { return (reinterpret_cast<uintptr_t>(x) & 15u) == 0; };
+  f.vec16 = p.D % 8 == 0 && p.Dv % 8 == 0 && al(p.q) && al(p.k) && al(p.v);
+  auto kern = attn_decode_kernel<T, DP>;
+  cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
+  if (e != cudaSuccess) return e;
+  kern<<<dim3(1, static_cast<unsigned>(gy), static_cast<unsigned>(gz)), C::NT, C::SMEM, s>>>(p, f);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t launch_decode_dispatch(const AttnParams& p, bool partial, cudaStream_t s) {
+  switch (attention_fwd_padded_dim(p.D, p.Dv)) {
+    case 32: return launch_decode<T, 32>(p, partial, s);
+    case 64: return launch_decode<T, 64>(p, partial, s);
+    case 96: return launch_decode<T, 96>(p, partial, s);
+    case 128: return launch_decode<T, 128>(p, partial, s);
+    case 256: return launch_decode<T, 256>(p, partial, s);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+// Launch one instantiation: packed / partial as in Flags; grid from p.max_seqlen_q.
+template <typename T, int DP>
+cudaError_t launch_fwd(const AttnParams& p, bool packed, bool partial, cudaStream_t s) {
+  using C = Cfg<DP>;
+  const int G = p.Hq / p.Hkv;
+  const int64_t rows = packed ? static_cast<int64_t>(p.max_seqlen_q) * G : p.max_seqlen_q;
+  const int64_t gx = (rows + C::BM - 1) / C::BM;
+  const int64_t gy = static_cast<int64_t>(p.B) * (packed ? p.Hkv : p.Hq);
+  const int gz = partial ? p.num_splits : 1;
+  if (gx <= 0 || gy <= 0) return cudaSuccess;
+  if (gy > 65535 || gz > 65535 || gx > 0x7fffffff) return cudaErrorInvalidConfiguration;
+  Flags f;
+  f.packed = packed, f.partial = partial;
+  const auto al = [](const void* x) { return (reinterpret_cast<uintptr_t>(x) & 15u) == 0; };
+  f.vec16 = p.D % 8 == 0 && p.Dv % 8 == 0 && al(p.q) && al(p.k) && al(p.v);
+  auto kern = attn_fwd_kernel<T, DP>;
+  cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
+  if (e != cudaSuccess) return e;
+  kern<<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<unsigned>(gz)), C::NT, C::SMEM, s>>>(p, f);
+  return cudaGetLastError();
+}
+
+// Dispatch on the padded head dim (bf16 instantiations live in attention_fwd.cu, fp16 ones in
+// attention_decode.cu).
+cudaError_t launch_fwd_bf16(const AttnParams& p, bool packed, bool partial, cudaStream_t s);
+cudaError_t launch_fwd_f16(const AttnParams& p, bool packed, bool partial, cudaStream_t s);
+
+cudaError_t launch_dec_bf16(const AttnParams& p, bool partial, cudaStream_t s);
+cudaError_t launch_dec_f16(const AttnParams& p, bool partial, cudaStream_t s);
+inline cudaError_t launch_dec_any(const AttnParams& p, bool partial, cudaStream_t s) {
+  return p.fp16 ? launch_dec_f16(p, partial, s) : launch_dec_bf16(p, partial, s);
+}
+
+inline cudaError_t launch_any(const AttnParams& p, bool packed, bool partial, cudaStream_t s) {
+  return p.fp16 ? launch_fwd_f16(p, packed, partial, s) : launch_fwd_bf16(p, packed, partial, s);
+}
+
+template <typename T>
+cudaError_t launch_fwd_dispatch(const AttnParams& p, bool packed, bool partial, cudaStream_t s) {
+  switch (attention_fwd_padded_dim(p.D, p.Dv)) {
+    case 32: return launch_fwd<T, 32>(p, packed, partial, s);
+    case 64: return launch_fwd<T, 64>(p, packed, partial, s);
+    case 96: return launch_fwd<T, 96>(p, packed, partial, s);
+    case 128: return launch_fwd<T, 128>(p, packed, partial, s);
+    case 256: return launch_fwd<T, 256>(p, packed, partial, s);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+// Split-KV driver: fp32 partial workspace on s, kernel (decode kernel when `decode`, else the
+// v2 kernel with `packed`), combine, free.
+cudaError_t run_split(AttnParams p, bool packed, bool decode, cudaStream_t s);
+
+}  // namespace assay::kernels::attention::fwd
+#endif

@@ -1,0 +1,100 @@
+// Test-only attention mutants (libassay_attention_mutants.so; production runs never load it):
+// attention_v1 (kernels/attention/attention_v1.cu) with ONE planted bug each, exported through the
+// C++ plugin adapter (kernels/plugin/cxx_plugin.h). The gate must reject every one on the L0
+// attention goldens (issue 9; verify/tests/gpu/test_gate_gpu.cpp mutants-attention).
+//
+//   attention_mutant_kv_tile0         every KV tile loads the keys / values of tile 0 (masks as tile t)
+//   attention_mutant_no_o_rescale     O not multiplied by exp(m_old - m_new) when the running max grows
+//   attention_mutant_gqa_modulo       query head h reads KV head h % Hkv instead of h / (Hq / Hkv)
+//   attention_mutant_fp16_partials    split-KV partials (O and LSE) rounded through fp16 before the
+//                                     combine; splits forced (2) on cases with more than one KV tile
+//   attention_mutant_causal_top_left  causal / window aligned top-left (the sk - sq offset dropped)
+//
+// Tensors: those of attention_v1 (attention_v1.h). Each mutant claims only the cases where its bug
+// can change the result (the condition is in its can_implement, from shapes and case fields only);
+// the others are NotSupported with the reason.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kernels/attention/attention_params.h"
+#include "kernels/attention/attention_v1.h"
+#include "kernels/plugin/cxx_plugin.h"
+#include "kernels/registry.h"
+
+namespace assay::kernels::attention {
+namespace {
+
+// attention_v1's KV staging tile (min(tile_n, 128), smaller only when shared memory is short).
+int v1_tile(const CaseDims& d) { return d.tile_n < 128 ? d.tile_n : 128; }
+
+KernelDef make_mutant(const char* name, const char* description, Mutation m,
+                      std::function<Support(const CaseDims&)> shows) {
+  KernelDef d;
+  d.op = "attention";
+  d.name = name;
+  d.description = description;
+  d.deterministic = true;
+  d.can_implement = [shows](const Golden& g) -> Support {
+    if (Support s = attention_v1_supported(g); !s.ok) return s;
+    return shows(case_dims(g));
+  };
+  d.launch = [m, n = std::string(name)](LaunchContext& c) -> std::string {
+    AttnParams p;
+    if (std::string err = build_params(c, p); !err.empty()) return n + ": " + err;
+    const cudaError_t e = attention_v1(p, static_cast<cudaStream_t>(c.stream), m);
+    return e == cudaSuccess ? std::string() : n + ": " + cudaGetErrorString(e);
+  };
+  return d;
+}
+
+std::vector<KernelDef> mutants() {
+  std::vector<KernelDef> v;
+  v.push_back(make_mutant("attention_mutant_kv_tile0", "attention_v1 with the KV tile index pinned to 0",
+                          Mutation::kv_tile0, [](const CaseDims& d) -> Support {
+                            if (d.max_seqlen_k > v1_tile(d)) return {};
+                            return {false, "one KV tile only: a pinned tile index cannot show"};
+                          }));
+  v.push_back(make_mutant("attention_mutant_no_o_rescale", "attention_v1 without the O rescale between KV tiles",
+                          Mutation::no_o_rescale, [](const CaseDims& d) -> Support {
+                            // Keys one CTA walks: a whole split (the case's scheme) or all keys.
+                            int64_t keys = d.max_seqlen_k;
+                            if (d.num_splits > 1) {
+                              const int64_t tiles = (d.max_seqlen_k + d.tile_n - 1) / d.tile_n;
+                              const int64_t per = (tiles + d.num_splits - 1) / d.num_splits * d.tile_n;
+                              keys = per < keys ? per : keys;
+                            }
+                            if (keys > v1_tile(d)) return {};
+                            return {false, "one KV tile per CTA (or per split): no rescale between tiles"};
+                          }));
+  v.push_back(make_mutant("attention_mutant_gqa_modulo", "attention_v1 with KV head h % Hkv",
+                          Mutation::gqa_modulo, [](const CaseDims& d) -> Support {
+                            if (d.Hkv > 1 && d.Hq > d.Hkv) return {};
+                            return {false, "h % Hkv == h / (Hq / Hkv) for every head (Hkv = 1 or Hq = Hkv)"};
+                          }));
+  v.push_back(make_mutant("attention_mutant_fp16_partials", "attention_v1 split-KV with fp16 partial buffers",
+                          Mutation::fp16_partials, [](const CaseDims& d) -> Support {
+                            if (d.num_splits > 1 || d.max_seqlen_k > d.tile_n) return {};
+                            return {false, "no splits and a single KV tile"};
+                          }));
+  v.push_back(make_mutant("attention_mutant_causal_top_left", "attention_v1 with top-left causal / window alignment",
+                          Mutation::causal_top_left, [](const CaseDims& d) -> Support {
+                            if (!d.causal && !d.window) return {false, "no causal mask or window"};
+                            if (!d.varlen_q && !d.paged && !d.packed_k && d.Sq == d.Sk)
+                              return {false, "Sq == Sk: top-left and bottom-right alignment coincide"};
+                            return {};
+                          }));
+  return v;
+}
+
+}  // namespace
+}  // namespace assay::kernels::attention
+
+extern "C" __attribute__((visibility("default"))) const assay_plugin* assay_plugin_entry(void) {
+  static const assay_plugin* p =
+      assay::kernels::export_plugin("assay_attention_mutants", assay::kernels::attention::mutants());
+  return p;
+}

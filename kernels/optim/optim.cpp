@@ -1,0 +1,606 @@
+// Registration of the optimizer kernels (kernels/optim/optim_*.cu) with the kernel registry.
+//
+// Goldens: golden/optim/<case>.h5 (fixtures/optim.toml, fixtures/optim.cpp). Case field defaults
+// below mirror fixtures/optim.cpp exactly (a golden's case text holds only the fields it sets),
+// and fields the generator does not read are not read here either.
+// Tensors (storage codes; every output written in full):
+//   adam      g [S, N], p, m, v, (vmax) [N] fp32 or bf16 -> p, m, v, (vmax) exact, or p_tol, m_tol,
+//             v_tol fp32 bounded (apex / TE, fused Adam-L2); S steps from t = step0 + 1
+//   sgd       g [S, N], p, (buf) [N] fp32 -> p, (buf)
+//   lion      g [1, N], p, m [N] fp32 -> p, m
+//   lamb      g, p, m, v [N] fp32 = tensors of `sizes` back to back -> p_tol, m_tol, v_tol
+//   clip      g [N] fp32 / bf16 (tensors of `sizes`) -> g_tol [N], total_norm_tol [1]
+//   scaler    found_inf [S] i32, g [N] fp32 -> scale [S] fp32, growth_tracker [S] i64,
+//             (hysteresis_tracker [S] i64), g_unscaled [N] fp32, found_inf_unscale [1] i32
+//   bf16_copy master [N] fp32, rbits [N] i32 -> p_bf16_rne / _te / _sr [N] bf16, remainder [N] i32,
+//             master_recovered [N] fp32
+//   adafactor g, p [M, K] fp32 -> p_tol
+//   muon      g, p, buf [M, K] fp32 -> buf, p_tol, update_tol
+#include <cuda_runtime.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "kernels/optim/optim_kernels.h"
+#include "kernels/registry.h"
+
+namespace assay::kernels {
+namespace {
+
+using namespace assay::kernels::optim;
+
+CaseParams params_of(const Golden& g) { return CaseParams::parse(g.prov.case_toml); }
+
+Support no(std::string why) { return {false, std::move(why)}; }
+
+std::string cuda_err(const std::string& who, cudaError_t e) {
+  return e == cudaSuccess ? std::string() : who + ": " + cudaGetErrorString(e);
+}
+
+// Every output of the golden is one of `known`.
+Support outputs_within(const Golden& g, const std::set<std::string>& known, const std::string& who) {
+  for (const auto& o : g.outputs)
+    if (!known.count(o.expected.name)) return no(fmt::format("{}: unknown output '{}'", who, o.expected.name));
+  return {};
+}
+Support need(const Golden& g, const std::vector<std::string>& names, DType dt) { return require_dtypes(g, names, {dt}); }
+// Outputs by name (several names are both an input and an output: p, m, v, buf).
+Support need_out(const Golden& g, const std::vector<std::string>& names, DType dt) {
+  for (const auto& n : names) {
+    const auto* o = g.output(n);
+    if (!o) return no(fmt::format("the golden has no output '{}'", n));
+    if (o->expected.dtype != dt)
+      return no(fmt::format("output '{}' is {}; this kernel writes {}", n, name(o->expected.dtype), name(dt)));
+  }
+  return {};
+}
+
+// Stream-ordered scratch, freed at the end of the launch.
+struct DevScratch {
+  cudaStream_t s;
+  std::vector<void*> ptrs;
+  explicit DevScratch(cudaStream_t st) : s(st) {}
+  template <typename T>
+  T* get(size_t count, cudaError_t& e) {
+    void* p = nullptr;
+    if (e == cudaSuccess) e = cudaMallocAsync(&p, std::max<size_t>(count, 1) * sizeof(T), s);
+    if (p) ptrs.push_back(p);
+    return static_cast<T*>(p);
+  }
+  ~DevScratch() {
+    for (void* p : ptrs) cudaFreeAsync(p, s);
+  }
+};
+
+Segments segments_of(const CaseParams& P, int64_t total, bool& ok) {
+  std::vector<double> sz = P.get_list("sizes");
+  if (!P.has_list("sizes")) sz = {257, 1024, 33};  // fixtures/optim.cpp default
+  Segments s;
+  ok = !sz.empty() && static_cast<int>(sz.size()) <= kMaxSegments;
+  if (!ok) return s;
+  int64_t off = 0;
+  s.count = static_cast<int>(sz.size());
+  for (int k = 0; k < s.count; ++k) {
+    s.offset[k] = off;
+    s.size[k] = static_cast<int64_t>(sz[k]);
+    ok = ok && s.size[k] > 0;
+    off += s.size[k];
+  }
+  ok = ok && off == total;
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Adam / AdamW
+// ---------------------------------------------------------------------------------------------
+AdamConfig adam_config(const CaseParams& P) {
+  AdamConfig c;
+  c.lr = P.get_double("lr", 1e-3);
+  c.beta1 = P.get_double("beta1", 0.9);
+  c.beta2 = P.get_double("beta2", 0.999);
+  c.eps = P.get_double("eps", 1e-8);
+  c.weight_decay = P.get_double("weight_decay", 1e-2);
+  c.decoupled = P.get_double("decoupled", 1) != 0;
+  c.amsgrad = P.get_double("amsgrad", 0) != 0;
+  c.maximize = P.get_double("maximize", 0) != 0;
+  c.grad_scale = P.has("grad_scale") ? static_cast<double>(static_cast<float>(P.get_double("grad_scale", 0))) : 0.0;
+  return c;
+}
+
+const char* flavor_impl(AdamFlavor f) {
+  switch (f) {
+    case AdamFlavor::torch_single: return "torch_single";
+    case AdamFlavor::torch_foreach: return "torch_foreach";
+    case AdamFlavor::torch_fused: return "torch_fused";
+    case AdamFlavor::apex: return "apex";
+  }
+  return "?";
+}
+
+Support adam_can(AdamFlavor f, bool master, const Golden& g, const std::string& who) {
+  const CaseParams P = params_of(g);
+  const std::string opt = P.get_string("optimizer", "");
+  if (opt != "adam") return no(fmt::format("optimizer '{}': {} runs adam", opt, who));
+  const std::string impl = P.get_string("impl", "torch_foreach");
+  const bool mine = impl == flavor_impl(f) || (f == AdamFlavor::apex && impl == "te");
+  if (!mine)
+    return no(fmt::format("impl '{}' has another arithmetic than {} ({})", impl, flavor_impl(f),
+                          impl == "te" ? "optim_adam_apex_v1" : "optim_adam_" + impl + "_v1"));
+  const AdamConfig c = adam_config(P);
+  const bool bf16 = P.get_double("bf16", 0) != 0;
+  const bool grad_inf = P.get_double("grad_inf", 0) != 0;
+  if (f != AdamFlavor::torch_fused && (P.has("grad_scale") || grad_inf))
+    return no(fmt::format("{}: grad_scale / found_inf live in the fused kernel only", flavor_impl(f)));
+  if (f == AdamFlavor::apex && (c.amsgrad || c.maximize)) return no("apex / TE FusedAdam have no amsgrad or maximize");
+  const DType dt = bf16 ? DType::bf16 : DType::f32;
+  std::vector<std::string> ins{"g", "p", "m", "v"};
+  if (c.amsgrad) ins.push_back("vmax");
+  if (auto s = need(g, ins, dt); !s.ok) return s;
+  const auto* gi = g.input("g");
+  const auto* pi = g.input("p");
+  if (gi->shape.size() != 2 || pi->shape.size() != 1 || gi->shape[1] != pi->shape[0])
+    return no("adam: g must be [S, N] and p [N]");
+  const bool exact = g.output("p") != nullptr;
+  if (exact) {
+    std::vector<std::string> outs{"p", "m", "v"};
+    if (c.amsgrad) outs.push_back("vmax");
+    if (auto s = need_out(g, outs, dt); !s.ok) return s;
+    if (auto s = outputs_within(g, {"p", "m", "v", "vmax"}, who); !s.ok) return s;
+    if (!c.amsgrad && g.output("vmax")) return no("a vmax output without amsgrad");
+  } else {
+    if (bf16) return no("bf16 states with fp32 bounded outputs: this kernel stores the states' dtype");
+    if (auto s = need_out(g, {"p_tol", "m_tol", "v_tol"}, DType::f32); !s.ok) return s;
+    if (auto s = outputs_within(g, {"p_tol", "m_tol", "v_tol"}, who); !s.ok) return s;
+  }
+  if (master && (bf16 || f != AdamFlavor::torch_fused))
+    return no("the master-weight variant runs fp32 masters on the fused arithmetic");
+  return {};
+}
+
+std::string adam_launch(AdamFlavor f, bool master, LaunchContext& ctx, const std::string& who) {
+  const CaseParams& P = ctx.params;
+  const AdamConfig c = adam_config(P);
+  auto st = static_cast<cudaStream_t>(ctx.stream);
+  const auto *g = ctx.input("g"), *p = ctx.input("p"), *m = ctx.input("m"), *v = ctx.input("v");
+  const auto* vx = ctx.input("vmax");
+  const bool exact = ctx.output("p") != nullptr;
+  const auto* po = ctx.output(exact ? "p" : "p_tol");
+  const auto* mo = ctx.output(exact ? "m" : "m_tol");
+  const auto* vo = ctx.output(exact ? "v" : "v_tol");
+  const auto* xo = ctx.output("vmax");
+  if (!g || !p || !m || !v || !po || !mo || !vo || (c.amsgrad && !vx)) return who + ": missing tensors";
+  const StoreType dt = g->dtype == DType::bf16 ? StoreType::bf16 : StoreType::f32;
+  const size_t es = dt == StoreType::bf16 ? 2 : 4;
+  const int64_t S = g->shape[0], N = g->shape[1];
+  const int64_t step0 = P.get_int("step0", 9);
+  const bool check_inf = f == AdamFlavor::torch_fused && (P.get_double("grad_inf", 0) != 0 || P.has("grad_scale"));
+  cudaError_t e = cudaSuccess;
+  DevScratch scr(st);
+  int* flag = check_inf ? scr.get<int>(1, e) : nullptr;
+  void* vmax_state = c.amsgrad ? (xo ? xo->data : scr.get<char>(static_cast<size_t>(N) * es, e)) : nullptr;
+  uint16_t* pbf = master ? scr.get<uint16_t>(static_cast<size_t>(N), e) : nullptr;
+  for (int64_t k = 0; k < S && e == cudaSuccess; ++k) {
+    AdamTensors x;
+    x.g = static_cast<const char*>(g->data) + static_cast<size_t>(k * N) * es;
+    x.p_in = k == 0 ? p->data : po->data;
+    x.m_in = k == 0 ? m->data : mo->data;
+    x.v_in = k == 0 ? v->data : vo->data;
+    x.vmax_in = c.amsgrad ? (k == 0 ? vx->data : vmax_state) : nullptr;
+    x.p_out = po->data;
+    x.m_out = mo->data;
+    x.v_out = vo->data;
+    x.vmax_out = vmax_state;
+    x.p_bf16_out = pbf;
+    if (check_inf) {  // GradScaler semantics: any non-finite gradient of the step sets found_inf
+      e = nonfinite_flag(x.g, dt, N, flag, st);
+      x.found_inf = flag;
+    }
+    if (e == cudaSuccess) e = adam_step(f, c, step0 + 1 + k, dt, dt, x, N, st);
+  }
+  return cuda_err(who, e);
+}
+
+KernelDef make_adam(AdamFlavor f, bool master, std::string name, std::string desc) {
+  KernelDef d;
+  d.op = "optim";
+  d.name = name;
+  d.description = std::move(desc);
+  d.deterministic = true;
+  d.can_implement = [f, master, name](const Golden& g) { return adam_can(f, master, g, name); };
+  d.launch = [f, master, name](LaunchContext& c) { return adam_launch(f, master, c, name); };
+  return d;
+}
+
+// ---------------------------------------------------------------------------------------------
+// SGD, Lion
+// ---------------------------------------------------------------------------------------------
+SgdConfig sgd_config(const CaseParams& P) {
+  SgdConfig c;
+  c.lr = P.get_double("lr", 1e-2);
+  c.momentum = P.get_double("momentum", 0.9);
+  c.dampening = P.get_double("dampening", 0.0);
+  c.weight_decay = P.get_double("weight_decay", 0.0);
+  c.nesterov = P.get_double("nesterov", 0) != 0;
+  c.maximize = P.get_double("maximize", 0) != 0;
+  return c;
+}
+
+KernelDef make_sgd() {
+  KernelDef d;
+  d.op = "optim";
+  d.name = "optim_sgd_v1";
+  d.description = "torch 2.11 SGD (momentum, dampening, nesterov, maximize, wd): fma per add(alpha), float4 grid-stride";
+  d.can_implement = [](const Golden& g) -> Support {
+    const CaseParams P = params_of(g);
+    if (P.get_string("optimizer", "") != "sgd") return no("optim_sgd_v1 runs optimizer = sgd");
+    const SgdConfig c = sgd_config(P);
+    if (c.nesterov && !(c.momentum > 0 && c.dampening == 0)) return no("nesterov needs momentum > 0 and dampening 0");
+    const bool preset = P.get_double("preset_buf", 1) != 0;
+    std::vector<std::string> ins{"g", "p"};
+    if (preset) ins.push_back("buf");
+    if (auto s = need(g, ins, DType::f32); !s.ok) return s;
+    std::vector<std::string> outs{"p"};
+    if (c.momentum != 0) outs.push_back("buf");
+    if (auto s = need_out(g, outs, DType::f32); !s.ok) return s;
+    if (auto s = outputs_within(g, {"p", "buf"}, "optim_sgd_v1"); !s.ok) return s;
+    if (c.momentum == 0 && g.output("buf")) return no("sgd without momentum has no buffer output");
+    const auto* gi = g.input("g");
+    if (gi->shape.size() != 2 || gi->shape[1] != g.input("p")->shape[0]) return no("sgd: g must be [S, N], p [N]");
+    return {};
+  };
+  d.launch = [](LaunchContext& ctx) -> std::string {
+    const SgdConfig c = sgd_config(ctx.params);
+    const bool preset = ctx.params.get_double("preset_buf", 1) != 0;
+    const auto *g = ctx.input("g"), *p = ctx.input("p"), *b = ctx.input("buf");
+    const auto *po = ctx.output("p"), *bo = ctx.output("buf");
+    if (!g || !p || !po) return "optim_sgd_v1: missing tensors";
+    const int64_t S = g->shape[0], N = g->shape[1];
+    cudaError_t e = cudaSuccess;
+    for (int64_t k = 0; k < S && e == cudaSuccess; ++k) {
+      const bool first = k == 0 && !preset;
+      const float* buf_in = k == 0 ? (b ? static_cast<const float*>(b->data) : nullptr)
+                                   : (bo ? static_cast<const float*>(bo->data) : nullptr);
+      e = sgd_step(c, first, static_cast<const float*>(g->data) + k * N,
+                   static_cast<const float*>(k == 0 ? p->data : po->data), buf_in, static_cast<float*>(po->data),
+                   bo ? static_cast<float*>(bo->data) : nullptr, N, static_cast<cudaStream_t>(ctx.stream));
+    }
+    return cuda_err("optim_sgd_v1", e);
+  };
+  return d;
+}
+
+LionConfig lion_config(const CaseParams& P) {
+  LionConfig c;
+  c.lr = P.get_double("lr", 1e-4);
+  c.beta1 = P.get_double("beta1", 0.9);
+  c.beta2 = P.get_double("beta2", 0.99);
+  c.weight_decay = P.get_double("weight_decay", 0.0);
+  return c;
+}
+
+KernelDef make_lion() {
+  KernelDef d;
+  d.op = "optim";
+  d.name = "optim_lion_v1";
+  d.description = "Lion (lucidrains): p(1 - lr wd) - lr sign(b1 m + (1-b1) g), m = b2 m + (1-b2) g; float4 grid-stride";
+  d.can_implement = [](const Golden& g) -> Support {
+    const CaseParams P = params_of(g);
+    if (P.get_string("optimizer", "") != "lion") return no("optim_lion_v1 runs optimizer = lion");
+    if (auto s = need(g, {"g", "p", "m"}, DType::f32); !s.ok) return s;
+    if (auto s = need_out(g, {"p", "m"}, DType::f32); !s.ok) return s;
+    if (auto s = outputs_within(g, {"p", "m"}, "optim_lion_v1"); !s.ok) return s;
+    const auto* gi = g.input("g");
+    if (gi->shape.size() != 2 || gi->shape[1] != g.input("p")->shape[0]) return no("lion: g must be [S, N], p [N]");
+    return {};
+  };
+  d.launch = [](LaunchContext& ctx) -> std::string {
+    const LionConfig c = lion_config(ctx.params);
+    const auto *g = ctx.input("g"), *p = ctx.input("p"), *m = ctx.input("m");
+    const auto *po = ctx.output("p"), *mo = ctx.output("m");
+    if (!g || !p || !m || !po || !mo) return "optim_lion_v1: missing tensors";
+    const int64_t S = g->shape[0], N = g->shape[1];
+    cudaError_t e = cudaSuccess;
+    for (int64_t k = 0; k < S && e == cudaSuccess; ++k)
+      e = lion_step(c, static_cast<const float*>(g->data) + k * N, static_cast<const float*>(k == 0 ? p->data : po->data),
+                    static_cast<const float*>(k == 0 ? m->data : mo->data), static_cast<float*>(po->data),
+                    static_cast<float*>(mo->data), N, static_cast<cudaStream_t>(ctx.stream));
+    return cuda_err("optim_lion_v1", e);
+  };
+  return d;
+}
+
+// ---------------------------------------------------------------------------------------------
+// LAMB
+// ---------------------------------------------------------------------------------------------
+LambConfig lamb_config(const CaseParams& P) {
+  LambConfig c;  // grad_averaging / bias_correction: the generator keeps apex's defaults (true)
+  c.lr = P.get_double("lr", 1e-3);
+  c.beta1 = P.get_double("beta1", 0.9);
+  c.beta2 = P.get_double("beta2", 0.999);
+  c.eps = P.get_double("eps", 1e-6);
+  c.weight_decay = P.get_double("weight_decay", 0.01);
+  c.adam_w_mode = P.get_double("adam_w_mode", 1) != 0;
+  c.use_nvlamb = P.get_double("use_nvlamb", 0) != 0;
+  c.max_grad_norm = P.get_double("max_grad_norm", 1.0);
+  return c;
+}
+
+KernelDef make_lamb() {
+  KernelDef d;
+  d.op = "optim";
+  d.name = "optim_lamb_v1";
+  d.description = "apex FusedLAMB: deterministic two-pass norms (global ||g||, per-tensor ||p||, ||u||), phase 1 update, phase 2 trust ratio";
+  d.can_implement = [](const Golden& g) -> Support {
+    const CaseParams P = params_of(g);
+    if (P.get_string("optimizer", "") != "lamb") return no("optim_lamb_v1 runs optimizer = lamb");
+    if (auto s = need(g, {"g", "p", "m", "v", "p_tol", "m_tol", "v_tol"}, DType::f32); !s.ok) return s;
+    if (auto s = outputs_within(g, {"p_tol", "m_tol", "v_tol"}, "optim_lamb_v1"); !s.ok) return s;
+    bool ok = false;
+    segments_of(P, g.input("g")->size(), ok);
+    if (!ok) return no(fmt::format("lamb: `sizes` must be 1..{} positive sizes summing to N", kMaxSegments));
+    return {};
+  };
+  d.launch = [](LaunchContext& ctx) -> std::string {
+    const LambConfig c = lamb_config(ctx.params);
+    const auto *g = ctx.input("g"), *p = ctx.input("p"), *m = ctx.input("m"), *v = ctx.input("v");
+    const auto *po = ctx.output("p_tol"), *mo = ctx.output("m_tol"), *vo = ctx.output("v_tol");
+    if (!g || !p || !m || !v || !po || !mo || !vo) return "optim_lamb_v1: missing tensors";
+    bool ok = false;
+    const Segments s = segments_of(ctx.params, g->numel(), ok);
+    if (!ok) return "optim_lamb_v1: bad sizes";
+    const int64_t t = ctx.params.get_int("step0", 4) + 1;
+    return cuda_err("optim_lamb_v1",
+                    lamb_step(c, t, s, static_cast<const float*>(g->data), static_cast<const float*>(p->data),
+                              static_cast<const float*>(m->data), static_cast<const float*>(v->data),
+                              static_cast<float*>(po->data), static_cast<float*>(mo->data), static_cast<float*>(vo->data),
+                              static_cast<cudaStream_t>(ctx.stream)));
+  };
+  return d;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Clipping
+// ---------------------------------------------------------------------------------------------
+KernelDef make_clip() {
+  KernelDef d;
+  d.op = "optim";
+  d.name = "optim_clip_v1";
+  d.description = "global grad-norm clipping, torch clip_grad_norm_ (fp32 / bf16) and Megatron (fp32); deterministic two-pass norms";
+  d.can_implement = [](const Golden& g) -> Support {
+    const CaseParams P = params_of(g);
+    if (P.get_string("optimizer", "") != "clip") return no("optim_clip_v1 runs optimizer = clip");
+    const std::string sem = P.get_string("semantics", "torch");
+    const bool b16 = P.get_double("bf16", 0) != 0;
+    if (sem != "torch" && sem != "megatron") return no("semantics: torch or megatron");
+    if (sem == "megatron" && b16) return no("megatron clips fp32 main grads");
+    if (auto s = need(g, {"g", "g_tol", "total_norm_tol"}, b16 ? DType::bf16 : DType::f32); !s.ok) return s;
+    if (auto s = outputs_within(g, {"g_tol", "total_norm_tol"}, "optim_clip_v1"); !s.ok) return s;
+    if (g.output("total_norm_tol")->expected.size() != 1) return no("total_norm_tol must hold one value");
+    bool ok = false;
+    segments_of(P, g.input("g")->size(), ok);
+    if (!ok) return no(fmt::format("clip: `sizes` must be 1..{} positive sizes summing to N", kMaxSegments));
+    return {};
+  };
+  d.launch = [](LaunchContext& ctx) -> std::string {
+    const CaseParams& P = ctx.params;
+    const auto* g = ctx.input("g");
+    const auto *go = ctx.output("g_tol"), *to = ctx.output("total_norm_tol");
+    if (!g || !go || !to) return "optim_clip_v1: missing tensors";
+    bool ok = false;
+    const Segments s = segments_of(P, g->numel(), ok);
+    if (!ok) return "optim_clip_v1: bad sizes";
+    const ClipFlavor f = P.get_string("semantics", "torch") == "megatron" ? ClipFlavor::megatron : ClipFlavor::torch;
+    const StoreType t = g->dtype == DType::bf16 ? StoreType::bf16 : StoreType::f32;
+    return cuda_err("optim_clip_v1", clip_grad_norm(f, t, P.get_double("max_norm", 1.0), s, g->data, go->data, to->data,
+                                                    static_cast<cudaStream_t>(ctx.stream)));
+  };
+  return d;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Loss scaler
+// ---------------------------------------------------------------------------------------------
+KernelDef make_scaler() {
+  KernelDef d;
+  d.op = "optim";
+  d.name = "optim_scaler_v1";
+  d.description = "dynamic loss scaling: torch GradScaler (_amp_update_scale_, unscale_) and Megatron DynamicGradScaler (hysteresis)";
+  d.can_implement = [](const Golden& g) -> Support {
+    const CaseParams P = params_of(g);
+    if (P.get_string("optimizer", "") != "scaler") return no("optim_scaler_v1 runs optimizer = scaler");
+    const std::string sem = P.get_string("semantics", "torch");
+    if (sem != "torch" && sem != "megatron") return no("semantics: torch or megatron");
+    if (auto s = need(g, {"found_inf", "found_inf_unscale"}, DType::i32); !s.ok) return s;
+    if (auto s = need(g, {"g", "g_unscaled", "scale"}, DType::f32); !s.ok) return s;
+    std::vector<std::string> trk{"growth_tracker"};
+    if (sem == "megatron") trk.push_back("hysteresis_tracker");
+    if (auto s = need(g, trk, DType::i64); !s.ok) return s;
+    if (auto s = outputs_within(g, {"scale", "growth_tracker", "hysteresis_tracker", "g_unscaled", "found_inf_unscale"},
+                                "optim_scaler_v1");
+        !s.ok)
+      return s;
+    const int64_t S = g.input("found_inf")->size();
+    if (g.output("scale")->expected.size() != S || g.output("growth_tracker")->expected.size() != S)
+      return no("scaler: scale / growth_tracker must have one value per step");
+    if (g.output("found_inf_unscale")->expected.size() != 1) return no("found_inf_unscale must hold one value");
+    return {};
+  };
+  d.launch = [](LaunchContext& ctx) -> std::string {
+    const CaseParams& P = ctx.params;
+    const bool meg = P.get_string("semantics", "torch") == "megatron";
+    ScalerConfig c;
+    c.megatron = meg;
+    c.growth_factor = P.get_double("growth_factor", 2.0);
+    c.backoff_factor = P.get_double("backoff_factor", 0.5);
+    c.growth_interval = P.get_int("growth_interval", meg ? 1000 : 2000);
+    c.hysteresis = P.get_int("hysteresis", 2);
+    c.min_scale = P.get_double("min_scale", 1.0);
+    c.init_scale = P.get_double("init_scale", meg ? 4294967296.0 : 65536.0);
+    const auto *fi = ctx.input("found_inf"), *g = ctx.input("g");
+    const auto *so = ctx.output("scale"), *to = ctx.output("growth_tracker"), *ho = ctx.output("hysteresis_tracker");
+    const auto *gu = ctx.output("g_unscaled"), *fo = ctx.output("found_inf_unscale");
+    if (!fi || !g || !so || !to || !gu || !fo) return "optim_scaler_v1: missing tensors";
+    auto st = static_cast<cudaStream_t>(ctx.stream);
+    cudaError_t e = scaler_updates(c, static_cast<const int*>(fi->data), fi->numel(), static_cast<float*>(so->data),
+                                   static_cast<int64_t*>(to->data), ho ? static_cast<int64_t*>(ho->data) : nullptr, st);
+    // unscale_ with the initial scale: inv = f32(1 / double(scale))
+    const float inv = static_cast<float>(1.0 / static_cast<double>(static_cast<float>(c.init_scale)));
+    if (e == cudaSuccess)
+      e = unscale_grads(inv, static_cast<const float*>(g->data), static_cast<float*>(gu->data), g->numel(),
+                        static_cast<int*>(fo->data), st);
+    return cuda_err("optim_scaler_v1", e);
+  };
+  return d;
+}
+
+// ---------------------------------------------------------------------------------------------
+// bf16 copies
+// ---------------------------------------------------------------------------------------------
+KernelDef make_bf16_copy() {
+  KernelDef d;
+  d.op = "optim";
+  d.name = "optim_bf16_copy_v1";
+  d.description = "fp32 master -> bf16 param: RNE, TE store_param_remainders (split, merge), torchao stochastic rounding";
+  d.can_implement = [](const Golden& g) -> Support {
+    const CaseParams P = params_of(g);
+    if (P.get_string("optimizer", "") != "bf16_copy") return no("optim_bf16_copy_v1 runs optimizer = bf16_copy");
+    if (auto s = need(g, {"master", "master_recovered"}, DType::f32); !s.ok) return s;
+    if (auto s = need(g, {"rbits", "remainder"}, DType::i32); !s.ok) return s;
+    if (auto s = need(g, {"p_bf16_rne", "p_bf16_te", "p_bf16_sr"}, DType::bf16); !s.ok) return s;
+    return outputs_within(g, {"p_bf16_rne", "p_bf16_te", "p_bf16_sr", "remainder", "master_recovered"},
+                          "optim_bf16_copy_v1");
+  };
+  d.launch = [](LaunchContext& ctx) -> std::string {
+    const auto *x = ctx.input("master"), *r = ctx.input("rbits");
+    const auto *rne = ctx.output("p_bf16_rne"), *te = ctx.output("p_bf16_te"), *sr = ctx.output("p_bf16_sr");
+    const auto *rem = ctx.output("remainder"), *rec = ctx.output("master_recovered");
+    if (!x || !r || !rne || !te || !sr || !rem || !rec) return "optim_bf16_copy_v1: missing tensors";
+    return cuda_err("optim_bf16_copy_v1",
+                    bf16_copies(static_cast<const float*>(x->data), static_cast<const int*>(r->data),
+                                static_cast<uint16_t*>(rne->data), static_cast<uint16_t*>(te->data),
+                                static_cast<int*>(rem->data), static_cast<float*>(rec->data),
+                                static_cast<uint16_t*>(sr->data), x->numel(), static_cast<cudaStream_t>(ctx.stream)));
+  };
+  return d;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Adafactor
+// ---------------------------------------------------------------------------------------------
+KernelDef make_adafactor() {
+  KernelDef d;
+  d.op = "optim";
+  d.name = "optim_adafactor_v1";
+  d.description = "torch Adafactor, first step from a fresh state (factored or vector); one block, fixed-order reductions";
+  d.can_implement = [](const Golden& g) -> Support {
+    const CaseParams P = params_of(g);
+    if (P.get_string("optimizer", "") != "adafactor") return no("optim_adafactor_v1 runs optimizer = adafactor");
+    if (auto s = need(g, {"g", "p", "p_tol"}, DType::f32); !s.ok) return s;
+    if (auto s = outputs_within(g, {"p_tol"}, "optim_adafactor_v1"); !s.ok) return s;
+    const int64_t M = P.get_int("M", 0), K = P.get_int("K", 0);
+    if (M <= 0 || K <= 0 || g.input("g")->size() != M * K || g.input("p")->size() != M * K)
+      return no("adafactor: g, p must be [M, K]");
+    return {};
+  };
+  d.launch = [](LaunchContext& ctx) -> std::string {
+    const CaseParams& P = ctx.params;
+    AdafactorConfig c;
+    c.lr = P.get_double("lr", 1e-2);
+    c.weight_decay = P.get_double("weight_decay", 0.0);
+    const bool factored = P.get_double("factored", 1) != 0;
+    const int64_t M = P.get_int("M", 0), K = P.get_int("K", 0);
+    const auto *g = ctx.input("g"), *p = ctx.input("p"), *po = ctx.output("p_tol");
+    if (!g || !p || !po) return "optim_adafactor_v1: missing tensors";
+    return cuda_err("optim_adafactor_v1",
+                    adafactor_step_fresh(c, factored ? M : 1, factored ? K : M * K, factored,
+                                         static_cast<const float*>(g->data), static_cast<const float*>(p->data),
+                                         static_cast<float*>(po->data), static_cast<cudaStream_t>(ctx.stream)));
+  };
+  return d;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Muon
+// ---------------------------------------------------------------------------------------------
+bool muon_config(const CaseParams& P, MuonConfig& c, std::string& why) {
+  c.lr = P.get_double("lr", 0.02);
+  c.momentum = P.get_double("momentum", 0.95);
+  c.weight_decay = P.get_double("weight_decay", 0.0);
+  c.nesterov = P.get_double("nesterov", 1) != 0;
+  c.ns_steps = static_cast<int>(P.get_int("ns_steps", 5));
+  const std::string cs = P.get_string("coeffs", "simple");
+  const std::string mk = P.get_string("momentum_kind", "keller");
+  const std::string sc = P.get_string("scale", "shape_scaling");
+  c.coeffs = cs == "simple" ? 0 : cs == "quintic" ? 1 : cs == "deepseekv4" ? 2 : -1;
+  c.momentum_kind = mk == "keller" ? 0 : mk == "moonlight" ? 1 : -1;
+  c.scale = sc == "shape_scaling" ? 0 : sc == "spectral" ? 1 : sc == "unit_rms_norm" ? 2 : -1;
+  c.extra_scale = P.get_double("extra_scale", 1.0);
+  c.norm_eps = P.get_double("norm_eps", 1e-7);
+  if (c.coeffs < 0) why = "coeffs '" + cs + "' unknown";
+  else if (c.momentum_kind < 0) why = "momentum_kind '" + mk + "' unknown";
+  else if (c.scale < 0) why = "scale '" + sc + "' unknown";
+  else if (c.ns_steps < 0) why = "ns_steps < 0";
+  return why.empty();
+}
+
+KernelDef make_muon() {
+  KernelDef d;
+  d.op = "optim";
+  d.name = "optim_muon_v1";
+  d.description = "Muon: momentum, Newton-Schulz with cuBLAS bf16 GEMMs (fp32 accumulation, KJ op order), scale, update";
+  d.can_implement = [](const Golden& g) -> Support {
+    const CaseParams P = params_of(g);
+    if (P.get_string("optimizer", "") != "muon") return no("optim_muon_v1 runs optimizer = muon");
+    MuonConfig c;
+    std::string why;
+    if (!muon_config(P, c, why)) return no("muon: " + why);
+    if (auto s = need(g, {"g", "p", "buf"}, DType::f32); !s.ok) return s;
+    if (auto s = need_out(g, {"buf", "p_tol", "update_tol"}, DType::f32); !s.ok) return s;
+    if (auto s = outputs_within(g, {"buf", "p_tol", "update_tol"}, "optim_muon_v1"); !s.ok) return s;
+    const int64_t M = P.get_int("M", 0), K = P.get_int("K", 0);
+    if (M <= 0 || K <= 0 || g.input("g")->size() != M * K) return no("muon: g, p, buf must be [M, K]");
+    if (M > (1 << 20) || K > (1 << 20)) return no("muon: dimensions above 2^20");
+    return {};
+  };
+  d.launch = [](LaunchContext& ctx) -> std::string {
+    MuonConfig c;
+    std::string why;
+    if (!muon_config(ctx.params, c, why)) return "optim_muon_v1: " + why;
+    const int64_t M = ctx.params.get_int("M", 0), K = ctx.params.get_int("K", 0);
+    const auto *g = ctx.input("g"), *p = ctx.input("p"), *b = ctx.input("buf");
+    const auto *bo = ctx.output("buf"), *po = ctx.output("p_tol"), *uo = ctx.output("update_tol");
+    if (!g || !p || !b || !bo || !po || !uo) return "optim_muon_v1: missing tensors";
+    return muon_step(c, M, K, static_cast<const float*>(g->data), static_cast<const float*>(p->data),
+                     static_cast<const float*>(b->data), static_cast<float*>(po->data), static_cast<float*>(bo->data),
+                     static_cast<float*>(uo->data), static_cast<cudaStream_t>(ctx.stream));
+  };
+  return d;
+}
+
+}  // namespace
+
+ASSAY_REGISTER_KERNEL(make_adam(AdamFlavor::torch_single, false, "optim_adam_torch_single_v1",
+                                "torch 2.11 _single_tensor_adam(w): lerp/addcmul/addcdiv FMAs, sqrt(v) * f32(1/bc2_sqrt); fp32 or bf16 (every op stores bf16)"));
+ASSAY_REGISTER_KERNEL(make_adam(AdamFlavor::torch_foreach, false, "optim_adam_torch_foreach_v1",
+                                "torch 2.11 _multi_tensor_adam(w): as single-tensor with a true division by bc2_sqrt; fp32 or bf16"));
+ASSAY_REGISTER_KERNEL(make_adam(AdamFlavor::torch_fused, false, "optim_adam_torch_fused_v1",
+                                "torch 2.11 fused Adam(W): float hyper-parameters, powf bias corrections, grad_scale / found_inf, amsgrad, maximize; fp32 or bf16"));
+ASSAY_REGISTER_KERNEL(make_adam(AdamFlavor::torch_fused, true, "optim_adamw_master_bf16_v1",
+                                "fused Adam(W) on an fp32 master with the bf16 model copy (RNE) written in the same pass (the bench's master launcher)"));
+ASSAY_REGISTER_KERNEL(make_adam(AdamFlavor::apex, false, "optim_adam_apex_v1",
+                                "apex FusedAdam / TE FusedAdam (AdamFunctor): u = mhat/(sqrt(v/bc2) + eps) [+ wd p], inferred FMAs"));
+ASSAY_REGISTER_KERNEL(make_sgd());
+ASSAY_REGISTER_KERNEL(make_lion());
+ASSAY_REGISTER_KERNEL(make_lamb());
+ASSAY_REGISTER_KERNEL(make_clip());
+ASSAY_REGISTER_KERNEL(make_scaler());
+ASSAY_REGISTER_KERNEL(make_bf16_copy());
+ASSAY_REGISTER_KERNEL(make_adafactor());
+ASSAY_REGISTER_KERNEL(make_muon());
+
+}  // namespace assay::kernels

@@ -1,0 +1,280 @@
+// Registration of the quant kernels (kernels/quant/quant_block.cu, quant_fp8.cu) with the registry.
+//
+//   quant_nvfp4_v1    recipe "nvfp4" (TE arithmetic): 1x16 or 16x16 (block_2d), rowwise and/or
+//                     columnwise, amax overrides (amax_row / amax_col). Refuses torchao (ao), RHT, SR.
+//   quant_mx_v1       recipe "mx": elem e4m3 / e5m2 / e2m1, rule floor / rceil, both directions.
+//   quant_fp8_v1      recipe "fp8": e4m3 / e5m2, sat / nonsat, gran tensor / channel / 1x128 /
+//                     128x128, scale te / deepgemm, pow2, amax override (tensor), epsilon.
+//   quant_swizzle_v1  recipe "swizzle": the 128x4 scale-factor layout.
+// Not implemented (refused with a reason): fake_quant, the block-scaled gemm, torchao NVFP4, NVFP4
+// RHT and stochastic rounding. Inputs must be bf16 (x) / u8 (sf). Case fields and defaults follow
+// fixtures/quant.cpp.
+#include <cuda_runtime.h>
+
+#include <set>
+#include <string>
+
+#include "kernels/quant/quant_kernels.h"
+#include "kernels/registry.h"
+
+namespace assay::kernels {
+namespace {
+
+using namespace assay::kernels::quant;
+
+Support no(std::string why) { return {false, std::move(why)}; }
+
+// Every output of the golden must be one this kernel writes.
+Support outputs_known(const Golden& g, const std::set<std::string>& known, const std::string& kernel) {
+  for (const auto& o : g.outputs)
+    if (!known.count(o.expected.name)) return no(kernel + ": does not produce output '" + o.expected.name + "'");
+  return {};
+}
+
+Support need_output(const Golden& g, const std::string& n, DType dt) {
+  const Output* o = g.output(n);
+  if (!o) return no("the case lacks output '" + n + "'");
+  if (o->expected.dtype != dt) return no("output '" + n + "' has dtype " + std::string(name(o->expected.dtype)));
+  return {};
+}
+
+Support x_bf16(const Golden& g) {
+  const Tensor* x = g.input("x");
+  if (!x || x->shape.size() != 2) return no("the case lacks a 2-D input x");
+  if (x->dtype != DType::bf16) return no("input x must be bf16 (got " + std::string(name(x->dtype)) + ")");
+  return {};
+}
+
+std::string cuda_result(const char* k, cudaError_t e) {
+  return e == cudaSuccess ? std::string() : std::string(k) + ": " + cudaGetErrorString(e);
+}
+
+template <class T>
+T* out_ptr(LaunchContext& c, const char* n) {
+  const DevTensor* t = c.output(n);
+  return t ? static_cast<T*>(t->data) : nullptr;
+}
+
+// ------------------------------------------------------------------------------- NVFP4
+KernelDef make_nvfp4_v1() {
+  KernelDef d;
+  d.op = "quant";
+  d.name = "quant_nvfp4_v1";
+  d.description =
+      "NVFP4 (TE arithmetic) 1x16 / 16x16 quantize, rowwise + columnwise from one 64x64 smem tile, "
+      "deterministic integer-max amax, TE dequantize";
+  d.deterministic = true;
+  d.can_implement = [](const Golden& g) -> Support {
+    const auto p = CaseParams::parse(g.prov.case_toml);
+    const std::string recipe = p.get_string("recipe", "nvfp4");
+    if (recipe != "nvfp4") return no("recipe '" + recipe + "' is not NVFP4");
+    if (p.get_int("ao", 0)) return no("torchao NVFP4 recipe (A3.7) not implemented");
+    if (p.get_int("rht", 0)) return no("NVFP4 with the random Hadamard transform not implemented");
+    if (p.get_int("sr", 0)) return no("NVFP4 stochastic rounding not implemented");
+    if (auto s = x_bf16(g); !s.ok) return s;
+    const Shape& xs = g.input("x")->shape;
+    if ((xs[0] + 63) / 64 > 65535) return no("M too large for the tile grid (M <= 4194240)");
+    const bool row = p.get_int("rowwise", 1) != 0, col = p.get_int("columnwise", 0) != 0;
+    std::set<std::string> known;
+    for (const auto& [on, dir] : {std::pair{row, std::string("_row")}, std::pair{col, std::string("_col")}}) {
+      if (!on) continue;
+      for (const auto& [n, dt] : {std::pair{"q", DType::e2m1}, std::pair{"packed", DType::u8},
+                                  std::pair{"scale", DType::e4m3}, std::pair{"amax", DType::f32},
+                                  std::pair{"xhat", DType::f32}}) {
+        const std::string nm = std::string(n) + dir;
+        if (auto s = need_output(g, nm, dt); !s.ok) return s;
+        known.insert(nm);
+      }
+    }
+    return outputs_known(g, known, "quant_nvfp4_v1");
+  };
+  d.launch = [](LaunchContext& c) -> std::string {
+    const DevTensor* x = c.input("x");
+    if (!x) return "quant_nvfp4_v1: no input x";
+    Nvfp4Args a;
+    a.x = static_cast<const uint16_t*>(x->data);
+    a.M = x->shape[0];
+    a.N = x->shape[1];
+    a.block_2d = c.params.get_int("block_2d", 0) != 0;
+    if (c.params.get_int("rowwise", 1) != 0) {
+      a.q_row = out_ptr<uint8_t>(c, "q_row");
+      a.packed_row = out_ptr<uint8_t>(c, "packed_row");
+      a.scale_row = out_ptr<uint8_t>(c, "scale_row");
+      a.amax_row = out_ptr<float>(c, "amax_row");
+      a.xhat_row = out_ptr<float>(c, "xhat_row");
+    }
+    if (c.params.get_int("columnwise", 0) != 0) {
+      a.q_col = out_ptr<uint8_t>(c, "q_col");
+      a.packed_col = out_ptr<uint8_t>(c, "packed_col");
+      a.scale_col = out_ptr<uint8_t>(c, "scale_col");
+      a.amax_col = out_ptr<float>(c, "amax_col");
+      a.xhat_col = out_ptr<float>(c, "xhat_col");
+    }
+    a.amax_row_given = c.params.has("amax_row");
+    a.amax_row_value = static_cast<float>(c.params.get_double("amax_row", 0.0));
+    a.amax_col_given = c.params.has("amax_col");
+    a.amax_col_value = static_cast<float>(c.params.get_double("amax_col", 0.0));
+    return cuda_result("quant_nvfp4_v1", quant_nvfp4_v1(a, static_cast<cudaStream_t>(c.stream)));
+  };
+  return d;
+}
+
+// ------------------------------------------------------------------------------- MX
+int mx_elem(const std::string& s) { return s == "e4m3" ? 0 : s == "e5m2" ? 1 : s == "e2m1" ? 2 : -1; }
+
+KernelDef make_mx_v1() {
+  KernelDef d;
+  d.op = "quant";
+  d.name = "quant_mx_v1";
+  d.description =
+      "MXFP8 (E4M3/E5M2) / MXFP4 quantize with UE8M0 floor or RCEIL scales, rowwise 1x32 + columnwise 32x1 "
+      "from one 64x64 smem tile; exact dequantize";
+  d.deterministic = true;
+  d.can_implement = [](const Golden& g) -> Support {
+    const auto p = CaseParams::parse(g.prov.case_toml);
+    const std::string recipe = p.get_string("recipe", "nvfp4");
+    if (recipe != "mx") return no("recipe '" + recipe + "' is not MX");
+    const std::string el = p.get_string("elem", "e4m3"), rule = p.get_string("rule", "floor");
+    const int e = mx_elem(el);
+    if (e < 0) return no("MX element '" + el + "' not implemented (e4m3, e5m2, e2m1)");
+    if (rule != "floor" && rule != "rceil") return no("MX scale rule '" + rule + "' not implemented");
+    if (auto s = x_bf16(g); !s.ok) return s;
+    if ((g.input("x")->shape[0] + 63) / 64 > 65535) return no("M too large for the tile grid (M <= 4194240)");
+    const DType edt = e == 0 ? DType::e4m3 : e == 1 ? DType::e5m2 : DType::e2m1;
+    const bool row = p.get_int("rowwise", 1) != 0, col = p.get_int("columnwise", 0) != 0;
+    std::set<std::string> known;
+    for (const auto& [on, dir] : {std::pair{row, std::string("_row")}, std::pair{col, std::string("_col")}}) {
+      if (!on) continue;
+      std::vector<std::pair<std::string, DType>> need{{"q", edt}, {"scale", DType::ue8m0}, {"xhat", DType::f32}};
+      if (e == 2) need.push_back({"packed", DType::u8});
+      for (const auto& [n, dt] : need) {
+        if (auto s = need_output(g, n + dir, dt); !s.ok) return s;
+        known.insert(n + dir);
+      }
+    }
+    return outputs_known(g, known, "quant_mx_v1");
+  };
+  d.launch = [](LaunchContext& c) -> std::string {
+    const DevTensor* x = c.input("x");
+    if (!x) return "quant_mx_v1: no input x";
+    MxArgs a;
+    a.x = static_cast<const uint16_t*>(x->data);
+    a.M = x->shape[0];
+    a.N = x->shape[1];
+    a.elem = mx_elem(c.params.get_string("elem", "e4m3"));
+    a.rceil = c.params.get_string("rule", "floor") == "rceil";
+    if (c.params.get_int("rowwise", 1) != 0) {
+      a.q_row = out_ptr<uint8_t>(c, "q_row");
+      a.packed_row = out_ptr<uint8_t>(c, "packed_row");
+      a.scale_row = out_ptr<uint8_t>(c, "scale_row");
+      a.xhat_row = out_ptr<float>(c, "xhat_row");
+    }
+    if (c.params.get_int("columnwise", 0) != 0) {
+      a.q_col = out_ptr<uint8_t>(c, "q_col");
+      a.packed_col = out_ptr<uint8_t>(c, "packed_col");
+      a.scale_col = out_ptr<uint8_t>(c, "scale_col");
+      a.xhat_col = out_ptr<float>(c, "xhat_col");
+    }
+    return cuda_result("quant_mx_v1", quant_mx_v1(a, static_cast<cudaStream_t>(c.stream)));
+  };
+  return d;
+}
+
+// ------------------------------------------------------------------------------- FP8
+int fp8_gran(const std::string& s) {
+  return s == "tensor" ? 0 : s == "channel" ? 1 : s == "1x128" ? 2 : s == "128x128" ? 3 : -1;
+}
+
+KernelDef make_fp8_v1() {
+  KernelDef d;
+  d.op = "quant";
+  d.name = "quant_fp8_v1";
+  d.description =
+      "FP8 E4M3/E5M2 scaling (TE current scaling or DeepGEMM casts) per tensor / channel / 1x128 / 128x128, "
+      "deterministic amax, dequantize";
+  d.deterministic = true;
+  d.can_implement = [](const Golden& g) -> Support {
+    const auto p = CaseParams::parse(g.prov.case_toml);
+    const std::string recipe = p.get_string("recipe", "nvfp4");
+    if (recipe != "fp8") return no("recipe '" + recipe + "' is not FP8 scaling (fake_quant / gemm not implemented)");
+    const std::string el = p.get_string("elem", "e4m3"), ov = p.get_string("overflow", "sat");
+    const std::string gr = p.get_string("gran", "tensor"), sc = p.get_string("scale", "te");
+    if (el != "e4m3" && el != "e5m2") return no("FP8 element '" + el + "' not supported");
+    if (ov != "sat" && ov != "nonsat") return no("FP8 overflow '" + ov + "' not supported");
+    if (fp8_gran(gr) < 0) return no("FP8 granularity '" + gr + "' not implemented");
+    if (sc != "te" && sc != "deepgemm") return no("FP8 scale recipe '" + sc + "' not implemented");
+    if (auto s = x_bf16(g); !s.ok) return s;
+    const Shape& xs = g.input("x")->shape;
+    const int gi = fp8_gran(gr);
+    const int64_t nr = gi == 0 ? 1 : gi == 1 || gi == 2 ? xs[0] : (xs[0] + 127) / 128;
+    if (nr > 65535) return no("too many group rows for the grid (<= 65535)");
+    std::set<std::string> known;
+    for (const auto& [n, dt] : {std::pair{"q", el == "e4m3" ? DType::e4m3 : DType::e5m2},
+                                std::pair{"scale_inv", DType::f32}, std::pair{"scale", DType::f32},
+                                std::pair{"amax", DType::f32}, std::pair{"xhat", DType::f32}}) {
+      if (auto s = need_output(g, n, dt); !s.ok) return s;
+      known.insert(n);
+    }
+    return outputs_known(g, known, "quant_fp8_v1");
+  };
+  d.launch = [](LaunchContext& c) -> std::string {
+    const DevTensor* x = c.input("x");
+    if (!x) return "quant_fp8_v1: no input x";
+    Fp8Args a;
+    a.x = static_cast<const uint16_t*>(x->data);
+    a.M = x->shape[0];
+    a.N = x->shape[1];
+    a.elem = c.params.get_string("elem", "e4m3") == "e5m2" ? 1 : 0;
+    a.satfinite = c.params.get_string("overflow", "sat") == "sat";
+    a.gran = fp8_gran(c.params.get_string("gran", "tensor"));
+    a.deepgemm = c.params.get_string("scale", "te") == "deepgemm";
+    a.pow2 = c.params.get_int("pow2", 0) != 0;
+    a.epsilon = static_cast<float>(c.params.get_double("epsilon", 0.0));
+    a.amax_given = a.gran == 0 && c.params.has("amax");
+    a.amax_value = static_cast<float>(c.params.get_double("amax", 0.0));
+    a.q = out_ptr<uint8_t>(c, "q");
+    a.scale_inv = out_ptr<float>(c, "scale_inv");
+    a.scale = out_ptr<float>(c, "scale");
+    a.amax = out_ptr<float>(c, "amax");
+    a.xhat = out_ptr<float>(c, "xhat");
+    return cuda_result("quant_fp8_v1", quant_fp8_v1(a, static_cast<cudaStream_t>(c.stream)));
+  };
+  return d;
+}
+
+// ------------------------------------------------------------------------------- swizzle
+KernelDef make_swizzle_v1() {
+  KernelDef d;
+  d.op = "quant";
+  d.name = "quant_swizzle_v1";
+  d.description = "128x4 scale-factor swizzle (cuBLAS / TE gemm_swizzled_scale_idx layout), zero padding";
+  d.deterministic = true;
+  d.can_implement = [](const Golden& g) -> Support {
+    const auto p = CaseParams::parse(g.prov.case_toml);
+    const std::string recipe = p.get_string("recipe", "nvfp4");
+    if (recipe != "swizzle") return no("recipe '" + recipe + "' is not the standalone swizzle");
+    const Tensor* sf = g.input("sf");
+    if (!sf || sf->shape.size() != 2 || sf->dtype != DType::u8) return no("the case lacks a 2-D u8 input sf");
+    if (auto s = need_output(g, "sf_swizzled", DType::u8); !s.ok) return s;
+    const Output* o = g.output("sf_swizzled");
+    const int64_t want = (sf->shape[0] + 127) / 128 * 128 * ((sf->shape[1] + 3) / 4 * 4);
+    if (o->expected.shape.size() != 1 || o->expected.shape[0] != want) return no("sf_swizzled has an unexpected size");
+    return outputs_known(g, {"sf_swizzled"}, "quant_swizzle_v1");
+  };
+  d.launch = [](LaunchContext& c) -> std::string {
+    const DevTensor* sf = c.input("sf");
+    const DevTensor* out = c.output("sf_swizzled");
+    if (!sf || !out) return "quant_swizzle_v1: the case lacks sf or sf_swizzled";
+    return cuda_result("quant_swizzle_v1",
+                       quant_swizzle_v1(static_cast<const uint8_t*>(sf->data), sf->shape[0], sf->shape[1],
+                                        static_cast<uint8_t*>(out->data), static_cast<cudaStream_t>(c.stream)));
+  };
+  return d;
+}
+
+}  // namespace
+ASSAY_REGISTER_KERNEL(make_nvfp4_v1());
+ASSAY_REGISTER_KERNEL(make_mx_v1());
+ASSAY_REGISTER_KERNEL(make_fp8_v1());
+ASSAY_REGISTER_KERNEL(make_swizzle_v1());
+}  // namespace assay::kernels

@@ -1,0 +1,380 @@
+// NVFP4 (TransformerEngine arithmetic) and MX (MXFP8 E4M3 / E5M2, MXFP4) quantize + dequantize.
+//
+// Tensors: x [M, N] bf16 codes in. Out, per direction (rowwise: blocks along N; columnwise: the
+// same for x^T, stored transposed [N, M], quantized independently from x, as TE does):
+//   q_<dir>       [rows, cols] codes, one per byte (fp4e2m1 / fp8e4m3 / fp8e5m2)
+//   packed_<dir>  [rows, ceil(cols/2)] u8, E2M1 only, element 2k in the low nibble
+//   scale_<dir>   [rows, ceil(cols/V)] fp8e4m3 (NVFP4, V = 16) or ue8m0 (MX, V = 32)
+//   amax_<dir>    [1] f32 (NVFP4: the global amax used for S_enc)
+//   xhat_<dir>    [rows, cols] f32 dequantized from packed/q + scale (+ amax)
+//
+// Variants:
+//   quant_nvfp4_v1  1x16 blocks (or 16x16 tiles, block_2d), rowwise and/or columnwise.
+//                   (1) amax: grid-stride reduction over 16-byte loads, max of |x| as integer bits
+//                   (order independent: deterministic), one atomicMax per warp into the amax
+//                   output; a 1-thread kernel applies the overrides; (2) the cast: one CTA per
+//                   64x64 tile staged in shared memory through 16-byte loads; one thread per
+//                   16-element block in each direction (256 threads: 64 rows x 4 blocks rowwise,
+//                   64 columns x 4 blocks columnwise); 16x16 tile amaxes through shared memory;
+//                   (3) dequantize: one thread per element.
+//   quant_mx_v1     the same tile kernel with 32-element blocks: a block is two threads (rowwise:
+//                   adjacent lanes, __shfl_xor; columnwise: a shared-memory exchange); UE8M0
+//                   floor (OCP spec, NaN-propagating amax) or RCEIL (TE, fmaxf amax) scales.
+// Arithmetic: kernels/quant/quant_math.h (TE quantize_transpose_nvfp4.cuh / core_nvfp4.cuh /
+// dequantize_nvfp4.cuh; TE quantize_mxfp8.cuh for RCEIL; the OCP MX reference for floor).
+#include <cuda_runtime.h>
+
+#include "kernels/quant/quant_kernels.h"
+#include "kernels/quant/quant_math.h"
+
+namespace assay::kernels::quant {
+namespace {
+
+constexpr int kTile = 64;
+constexpr int kThreads = 256;
+constexpr int kPad = 72;  // smem row stride in bf16: 144 bytes, conflict-free 16-byte row reads
+
+enum Fmt : int { kNvfp4 = 0, kMx = 1 };
+
+struct TileArgs {
+  const uint16_t* x;
+  int64_t M, N;
+  Elem elem;
+  bool rceil, block2d, row, col;
+  float max_rcp;  // MX RCEIL: (float)(1.0 / max_elem)
+  const float *amax_row, *amax_col;
+  uint8_t *q_row, *packed_row, *scale_row, *q_col, *packed_col, *scale_col;
+  bool vec_in, vec_row_out, vec_col_out;
+};
+
+__device__ __forceinline__ void unpack8(uint4 w, float* v) {
+  const uint32_t u[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    v[2 * k] = u2f(u[k] << 16);
+    v[2 * k + 1] = u2f(u[k] & 0xFFFF0000u);
+  }
+}
+
+// Writes 16 codes of one block: q[row][col0 .. col0+15] and the 8 packed bytes (cols clipped).
+__device__ __forceinline__ void write_block(uint8_t* q, uint8_t* packed, int64_t row, int64_t col0, int64_t ncols,
+                                            uint8_t (&c)[16], bool vec) {
+#pragma unroll
+  for (int i = 0; i < 16; ++i)
+    if (col0 + i >= ncols) c[i] = 0;  // padding codes are 0 (packed rows padded with code 0)
+  if (q) {
+    uint8_t* p = q + row * ncols + col0;
+    if (vec) {
+      uint4 w;
+      w.x = c[0] | (c[1] << 8) | (c[2] << 16) | (static_cast<uint32_t>(c[3]) << 24);
+      w.y = c[4] | (c[5] << 8) | (c[6] << 16) | (static_cast<uint32_t>(c[7]) << 24);
+      w.z = c[8] | (c[9] << 8) | (c[10] << 16) | (static_cast<uint32_t>(c[11]) << 24);
+      w.w = c[12] | (c[13] << 8) | (c[14] << 16) | (static_cast<uint32_t>(c[15]) << 24);
+      *reinterpret_cast<uint4*>(p) = w;
+    } else {
+      for (int i = 0; i < 16; ++i)
+        if (col0 + i < ncols) p[i] = c[i];
+    }
+  }
+  if (packed) {
+    const int64_t pc = (ncols + 1) / 2;
+    uint8_t b[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) b[j] = static_cast<uint8_t>((c[2 * j] & 0xF) | ((c[2 * j + 1] & 0xF) << 4));
+    uint8_t* p = packed + row * pc + col0 / 2;
+    if (vec) {
+      uint2 w;
+      w.x = b[0] | (b[1] << 8) | (b[2] << 16) | (static_cast<uint32_t>(b[3]) << 24);
+      w.y = b[4] | (b[5] << 8) | (b[6] << 16) | (static_cast<uint32_t>(b[7]) << 24);
+      *reinterpret_cast<uint2*>(p) = w;
+    } else {
+      for (int j = 0; j < 8; ++j)
+        if (col0 / 2 + j < pc) p[j] = b[j];
+    }
+  }
+}
+
+template <int FMT>
+__device__ __forceinline__ float combine(float a, float b, bool rceil) {
+  if (FMT == kMx && !rceil) return qm_max_nan(a, b);  // spec floor: torch.amax, NaN propagates
+  return qm_fmax(a, b);                               // TE: fmaxf, NaN dropped
+}
+
+// Quantizes one 16-element block given its (block or tile) amax: codes and the scale code.
+template <int FMT>
+__device__ __forceinline__ uint8_t quant16(const float* v, float ab, const TileArgs& a, const Nvfp4Global& g,
+                                           uint8_t (&c)[16]) {
+  if (FMT == kNvfp4) {
+    const uint8_t qs = nvfp4_scale_code(ab, g);
+    const float r = nvfp4_encode_mult(qs, g);
+#pragma unroll
+    for (int i = 0; i < 16; ++i) c[i] = nvfp4_encode(v[i], r);
+    return qs;
+  } else {
+    const uint8_t e = a.rceil ? ue8m0_rceil(qm_mul(ab, a.max_rcp)) : ue8m0_floor(ab, mx_emax(a.elem));
+#pragma unroll
+    for (int i = 0; i < 16; ++i) c[i] = mx_encode(v[i], e, a.elem);
+    return e;
+  }
+}
+
+template <int FMT>
+__global__ void __launch_bounds__(kThreads) quant_tile_kernel(TileArgs a) {
+  __shared__ __align__(16) uint16_t xs[kTile * kPad];
+  __shared__ float part[kTile][4];      // 2D: rowwise partial amax per (row, 16-column block)
+  __shared__ float tile_amax[4][4];     // 2D: amax per 16x16 tile
+  __shared__ float colpart[4][kTile];   // MX columnwise: partial amax per (16-row block, column)
+  const int t = threadIdx.x;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kTile, c0 = static_cast<int64_t>(blockIdx.x) * kTile;
+  const int64_t M = a.M, N = a.N;
+
+  // ---- stage the 64x64 tile (zeros outside x: they change no amax and encode to code 0)
+  if (a.vec_in) {
+    for (int k = t; k < kTile * kTile / 8; k += kThreads) {
+      const int rr = k >> 3, ch = k & 7;
+      const int64_t gr = r0 + rr, gc = c0 + ch * 8;
+      uint4 w = make_uint4(0, 0, 0, 0);
+      if (gr < M && gc < N) w = __ldg(reinterpret_cast<const uint4*>(a.x + gr * N + gc));
+      *reinterpret_cast<uint4*>(&xs[rr * kPad + ch * 8]) = w;
+    }
+  } else {
+    for (int k = t; k < kTile * kTile; k += kThreads) {
+      const int rr = k >> 6, cc = k & 63;
+      const int64_t gr = r0 + rr, gc = c0 + cc;
+      xs[rr * kPad + cc] = (gr < M && gc < N) ? a.x[gr * N + gc] : static_cast<uint16_t>(0);
+    }
+  }
+  __syncthreads();
+
+  Nvfp4Global g_row{}, g_col{};
+  if (FMT == kNvfp4) {
+    if (a.row) g_row = nvfp4_global(*a.amax_row);
+    if (a.col) g_col = nvfp4_global(*a.amax_col);
+  }
+  const bool two_d = FMT == kNvfp4 && a.block2d;
+
+  // ---- rowwise: thread = (row rr, 16-column block seg)
+  if (a.row || two_d) {
+    const int rr = t >> 2, seg = t & 3;
+    const int64_t gr = r0 + rr, gc = c0 + seg * 16;
+    float v[16];
+    unpack8(*reinterpret_cast<const uint4*>(&xs[rr * kPad + seg * 16]), v);
+    unpack8(*reinterpret_cast<const uint4*>(&xs[rr * kPad + seg * 16 + 8]), v + 8);
+    float pa = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) pa = combine<FMT>(pa, qm_abs(v[i]), a.rceil);
+    if (two_d) {
+      part[rr][seg] = pa;
+      __syncthreads();
+      if (t < 16) {
+        const int i = t >> 2, j = t & 3;
+        float m = 0.0f;
+        for (int k = 0; k < 16; ++k) m = qm_fmax(m, part[i * 16 + k][j]);
+        tile_amax[i][j] = m;
+      }
+      __syncthreads();
+    }
+    if (a.row) {
+      float ab = pa;
+      if (FMT == kMx) ab = combine<FMT>(pa, __shfl_xor_sync(0xffffffffu, pa, 1), a.rceil);
+      if (two_d) ab = tile_amax[rr >> 4][seg];
+      if (gr < M && gc < N) {
+        uint8_t c[16];
+        const uint8_t sc = quant16<FMT>(v, ab, a, g_row, c);
+        if (FMT == kNvfp4) {
+          a.scale_row[gr * ((N + 15) / 16) + gc / 16] = sc;
+        } else if ((seg & 1) == 0) {
+          a.scale_row[gr * ((N + 31) / 32) + gc / 32] = sc;
+        }
+        write_block(a.q_row, a.packed_row, gr, gc, N, c, a.vec_row_out);
+      }
+    }
+  }
+
+  // ---- columnwise: thread = (column cc, 16-row block seg); output row = column of x
+  if (a.col) {
+    const int cc = t & 63, seg = t >> 6;
+    const int64_t gcx = c0 + cc, gm = r0 + seg * 16;
+    float v[16];
+#pragma unroll
+    for (int i = 0; i < 16; ++i) v[i] = bf16_to_f32(xs[(seg * 16 + i) * kPad + cc]);
+    float pa = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) pa = combine<FMT>(pa, qm_abs(v[i]), a.rceil);
+    float ab = pa;
+    if (FMT == kMx) {
+      colpart[seg][cc] = pa;
+      __syncthreads();
+      ab = combine<FMT>(pa, colpart[seg ^ 1][cc], a.rceil);
+    }
+    if (two_d) ab = tile_amax[seg][cc >> 4];
+    if (gcx < N && gm < M) {
+      uint8_t c[16];
+      const uint8_t sc = quant16<FMT>(v, ab, a, g_col, c);
+      if (FMT == kNvfp4) {
+        a.scale_col[gcx * ((M + 15) / 16) + gm / 16] = sc;
+      } else if ((seg & 1) == 0) {
+        a.scale_col[gcx * ((M + 31) / 32) + gm / 32] = sc;
+      }
+      write_block(a.q_col, a.packed_col, gcx, gm, M, c, a.vec_col_out);
+    }
+  }
+}
+
+// ---- amax of |x| over the whole tensor (fmaxf semantics: NaN dropped), as fp32 bits.
+__global__ void amax_reduce_kernel(const uint16_t* x, int64_t n, bool vec, unsigned* acc) {
+  unsigned m = 0;
+  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  auto take = [&](uint32_t b) {
+    b &= 0x7FFFu;
+    if (b <= 0x7F80u) m = max(m, b);  // NaN (exponent all ones, mantissa != 0) dropped
+  };
+  int64_t tail = 0;
+  if (vec) {
+    const int64_t nv = n / 8;
+    for (int64_t i = tid; i < nv; i += stride) {
+      const uint4 w = __ldg(reinterpret_cast<const uint4*>(x) + i);
+      take(w.x & 0xFFFFu), take(w.x >> 16), take(w.y & 0xFFFFu), take(w.y >> 16);
+      take(w.z & 0xFFFFu), take(w.z >> 16), take(w.w & 0xFFFFu), take(w.w >> 16);
+    }
+    tail = nv * 8;
+  }
+  for (int64_t i = tail + tid; i < n; i += stride) take(x[i]);
+  m = __reduce_max_sync(0xffffffffu, m);
+  if ((threadIdx.x & 31) == 0 && m != 0) atomicMax(acc, m << 16);
+}
+
+__global__ void amax_finalize_kernel(const float* acc, float* amax_row, float* amax_col, bool row_given, float row_v,
+                                     bool col_given, float col_v) {
+  const float A = acc ? *acc : 0.0f;
+  if (amax_row) *amax_row = row_given ? row_v : A;
+  if (amax_col) *amax_col = col_given ? col_v : A;
+}
+
+// ---- dequantize: one thread per element; codes from packed (E2M1) or q.
+template <int FMT>
+__global__ void dequant_kernel(const uint8_t* q, const uint8_t* packed, const uint8_t* scale, const float* amax,
+                               int64_t rows, int64_t cols, Elem elem, float* out) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= rows * cols) return;
+  const int64_t r = i / cols, c = i % cols;
+  uint8_t code;
+  if (packed) {
+    const uint8_t b = packed[r * ((cols + 1) / 2) + c / 2];
+    code = (c & 1) ? static_cast<uint8_t>(b >> 4) : static_cast<uint8_t>(b & 0xF);
+  } else {
+    code = q[i];
+  }
+  if (FMT == kNvfp4) {
+    out[i] = nvfp4_dequant(code, scale[r * ((cols + 15) / 16) + c / 16], *amax);
+  } else {
+    out[i] = mx_dequant(code, scale[r * ((cols + 31) / 32) + c / 32], elem);
+  }
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+template <int FMT>
+cudaError_t launch_tiles(TileArgs& ta, cudaStream_t s) {
+  ta.vec_in = ta.N % 8 == 0 && aligned16(ta.x);
+  ta.vec_row_out = ta.N % 16 == 0 && (!ta.q_row || aligned16(ta.q_row)) && (!ta.packed_row || aligned16(ta.packed_row));
+  ta.vec_col_out = ta.M % 16 == 0 && (!ta.q_col || aligned16(ta.q_col)) && (!ta.packed_col || aligned16(ta.packed_col));
+  const int64_t gy = (ta.M + kTile - 1) / kTile, gx = (ta.N + kTile - 1) / kTile;
+  if (gy > 65535 || gx > 2147483647) return cudaErrorInvalidValue;
+  quant_tile_kernel<FMT><<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy)), kThreads, 0, s>>>(ta);
+  return cudaGetLastError();
+}
+
+template <int FMT>
+cudaError_t launch_dequant(const uint8_t* q, const uint8_t* packed, const uint8_t* scale, const float* amax,
+                           int64_t rows, int64_t cols, Elem elem, float* out, cudaStream_t s) {
+  const int64_t n = rows * cols;
+  const int th = 256;
+  dequant_kernel<FMT><<<static_cast<unsigned>((n + th - 1) / th), th, 0, s>>>(q, packed, scale, amax, rows, cols, elem, out);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t quant_nvfp4_v1(const Nvfp4Args& a, cudaStream_t s) {
+  const bool row = a.scale_row != nullptr, col = a.scale_col != nullptr;
+  if (a.M < 1 || a.N < 1 || !a.x || (!row && !col) || (row && !a.amax_row) || (col && !a.amax_col))
+    return cudaErrorInvalidValue;
+  if (a.compute_amax) {
+    const bool need = (row && !a.amax_row_given) || (col && !a.amax_col_given);
+    float* acc = nullptr;
+    if (need) {
+      acc = (row && !a.amax_row_given) ? a.amax_row : a.amax_col;
+      if (cudaError_t e = cudaMemsetAsync(acc, 0, sizeof(float), s); e != cudaSuccess) return e;
+      const int64_t n = a.M * a.N;
+      const bool vec = aligned16(a.x);
+      int dev = 0, sms = 132;
+      cudaGetDevice(&dev);
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+      const int th = 512;
+      int64_t blocks = (n / 8 + th - 1) / th;
+      blocks = blocks < 1 ? 1 : (blocks > sms * 4 ? sms * 4 : blocks);
+      amax_reduce_kernel<<<static_cast<unsigned>(blocks), th, 0, s>>>(a.x, n, vec, reinterpret_cast<unsigned*>(acc));
+      if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+    }
+    amax_finalize_kernel<<<1, 1, 0, s>>>(acc, row ? a.amax_row : nullptr, col ? a.amax_col : nullptr, a.amax_row_given,
+                                         a.amax_row_value, a.amax_col_given, a.amax_col_value);
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  }
+  TileArgs ta{};
+  ta.x = a.x;
+  ta.M = a.M;
+  ta.N = a.N;
+  ta.elem = Elem::e2m1;
+  ta.block2d = a.block_2d;
+  ta.row = row;
+  ta.col = col;
+  ta.amax_row = a.amax_row;
+  ta.amax_col = a.amax_col;
+  ta.q_row = a.q_row, ta.packed_row = a.packed_row, ta.scale_row = a.scale_row;
+  ta.q_col = a.q_col, ta.packed_col = a.packed_col, ta.scale_col = a.scale_col;
+  if (cudaError_t e = launch_tiles<kNvfp4>(ta, s); e != cudaSuccess) return e;
+  if (row && a.xhat_row && (a.packed_row || a.q_row))
+    if (cudaError_t e = launch_dequant<kNvfp4>(a.q_row, a.packed_row, a.scale_row, a.amax_row, a.M, a.N, Elem::e2m1,
+                                               a.xhat_row, s);
+        e != cudaSuccess)
+      return e;
+  if (col && a.xhat_col && (a.packed_col || a.q_col))
+    if (cudaError_t e = launch_dequant<kNvfp4>(a.q_col, a.packed_col, a.scale_col, a.amax_col, a.N, a.M, Elem::e2m1,
+                                               a.xhat_col, s);
+        e != cudaSuccess)
+      return e;
+  return cudaSuccess;
+}
+
+cudaError_t quant_mx_v1(const MxArgs& a, cudaStream_t s) {
+  const bool row = a.scale_row != nullptr, col = a.scale_col != nullptr;
+  if (a.M < 1 || a.N < 1 || !a.x || (!row && !col) || a.elem < 0 || a.elem > 2) return cudaErrorInvalidValue;
+  const Elem el = static_cast<Elem>(a.elem);
+  const double maxv = el == Elem::e4m3 ? 448.0 : (el == Elem::e5m2 ? 57344.0 : 6.0);
+  TileArgs ta{};
+  ta.x = a.x;
+  ta.M = a.M;
+  ta.N = a.N;
+  ta.elem = el;
+  ta.rceil = a.rceil;
+  ta.max_rcp = static_cast<float>(1.0 / maxv);
+  ta.row = row;
+  ta.col = col;
+  const bool fp4 = el == Elem::e2m1;
+  ta.q_row = a.q_row, ta.packed_row = fp4 ? a.packed_row : nullptr, ta.scale_row = a.scale_row;
+  ta.q_col = a.q_col, ta.packed_col = fp4 ? a.packed_col : nullptr, ta.scale_col = a.scale_col;
+  if (cudaError_t e = launch_tiles<kMx>(ta, s); e != cudaSuccess) return e;
+  if (row && a.xhat_row && (ta.packed_row || a.q_row))
+    if (cudaError_t e = launch_dequant<kMx>(a.q_row, ta.packed_row, a.scale_row, nullptr, a.M, a.N, el, a.xhat_row, s);
+        e != cudaSuccess)
+      return e;
+  if (col && a.xhat_col && (ta.packed_col || a.q_col))
+    if (cudaError_t e = launch_dequant<kMx>(a.q_col, ta.packed_col, a.scale_col, nullptr, a.N, a.M, el, a.xhat_col, s);
+        e != cudaSuccess)
+      return e;
+  return cudaSuccess;
+}
+
+}  // namespace assay::kernels::quant

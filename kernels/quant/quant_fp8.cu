@@ -1,0 +1,230 @@
+// FP8 scaling quantize + dequantize, and the 128x4 scale-factor swizzle.
+//
+// Tensors: x [M, N] bf16 codes in; q [M, N] fp8e4m3 / fp8e5m2 codes; scale_inv, scale, amax
+// [SR, SC] f32, one per group; xhat [M, N] f32 = fl(decode(q) * scale_inv). Groups: per tensor
+// [1, 1]; per channel (row) [M, 1]; DeepSeek 1x128 [M, ceil(N/128)]; 128x128
+// [ceil(M/128), ceil(N/128)] (edge groups ragged; DeepGEMM's zero padding leaves the amax alone).
+// Swizzle: sf [rows, cols] u8 -> sf_swizzled [roundup(rows,128) * roundup(cols,4)] u8, padding 0.
+//
+// Variants:
+//   quant_fp8_v1      per tensor: grid-stride amax (integer max of |x| bits: deterministic; NaN
+//                     dropped for TE, propagated for DeepGEMM's torch.amax) with one atomicMax per
+//                     warp, a 1-thread kernel for the scale, a grid-stride cast with 16-byte loads;
+//                     grouped granularities: one CTA (128 threads) per group, amax by a block
+//                     reduction, then the cast of the same group (re-read from L2);
+//                     dequantize one thread per element.
+//   quant_swizzle_v1  one thread per swizzled byte (inverse of the offset map).
+// Conventions: TE recipe_common.cuh compute_scale_from_amax (current scaling, pow2 = mantissa
+// cleared) or DeepGEMM per_token_cast_to_fp8 / per_block_cast_to_fp8 / ceil_to_ue8m0 (CUDA eager
+// arithmetic: amax * fl(1/448), x * fl(1/sf)); FP8 cast __nv_cvt_float_to_fp8 SATFINITE or NOSAT;
+// swizzle = TE gemm_swizzled_scale_idx / cuBLAS 128x4 layout (spec A5).
+#include <cuda_runtime.h>
+
+#include "kernels/quant/quant_kernels.h"
+#include "kernels/quant/quant_math.h"
+
+namespace assay::kernels::quant {
+namespace {
+
+struct Fp8K {
+  const uint16_t* x;
+  int64_t M, N;
+  Elem elem;
+  bool sat, deepgemm, pow2, nanprop;
+  float maxv, eps;
+  int64_t gr, gc, nr, nc;  // group rows / cols, groups along M / N
+  uint8_t* q;
+  float *scale_inv, *scale, *amax;
+};
+
+// |x| of a bf16 as orderable fp32 bits; NaN -> 0 (dropped) or kept (its bits exceed Inf's).
+__device__ __forceinline__ unsigned abs_bits(uint32_t b, bool nanprop) {
+  b &= 0x7FFFu;
+  if (!nanprop && b > 0x7F80u) return 0u;
+  return b << 16;
+}
+
+__device__ __forceinline__ Fp8Scale group_scale(const Fp8K& k, float a) {
+  return k.deepgemm ? fp8_scale_deepgemm(a, k.pow2) : fp8_scale_te(a, k.maxv, k.pow2, k.eps);
+}
+
+// ---- per tensor
+__global__ void fp8_tensor_amax_kernel(Fp8K k, unsigned* acc) {
+  unsigned m = 0;
+  const int64_t n = k.M * k.N;
+  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const bool vec = (reinterpret_cast<uintptr_t>(k.x) & 15u) == 0;
+  int64_t tail = 0;
+  if (vec) {
+    const int64_t nv = n / 8;
+    for (int64_t i = tid; i < nv; i += stride) {
+      const uint4 w = __ldg(reinterpret_cast<const uint4*>(k.x) + i);
+      const uint32_t u[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) m = max(m, max(abs_bits(u[j] & 0xFFFFu, k.nanprop), abs_bits(u[j] >> 16, k.nanprop)));
+    }
+    tail = nv * 8;
+  }
+  for (int64_t i = tail + tid; i < n; i += stride) m = max(m, abs_bits(k.x[i], k.nanprop));
+  m = __reduce_max_sync(0xffffffffu, m);
+  if ((threadIdx.x & 31) == 0 && m != 0) atomicMax(acc, m);
+}
+
+// Reads the accumulated amax (in k.amax[0]) or the override, writes amax / scale / scale_inv.
+__global__ void fp8_tensor_scale_kernel(Fp8K k, bool given, float value) {
+  const float a = given ? value : k.amax[0];
+  const Fp8Scale s = group_scale(k, a);
+  k.amax[0] = s.amax;
+  k.scale[0] = s.scale;
+  k.scale_inv[0] = s.scale_inv;
+}
+
+__global__ void fp8_tensor_cast_kernel(Fp8K k) {
+  const float sc = k.scale[0];
+  const int64_t n = k.M * k.N;
+  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const bool vec = ((reinterpret_cast<uintptr_t>(k.x) | reinterpret_cast<uintptr_t>(k.q)) & 15u) == 0;
+  int64_t tail = 0;
+  if (vec) {
+    const int64_t nv = n / 8;
+    for (int64_t i = tid; i < nv; i += stride) {
+      const uint4 w = __ldg(reinterpret_cast<const uint4*>(k.x) + i);
+      const uint32_t u[4] = {w.x, w.y, w.z, w.w};
+      uint32_t o[2] = {0, 0};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const uint32_t lo = fp8_encode(qm_mul(u2f(u[j] << 16), sc), k.elem, k.sat);
+        const uint32_t hi = fp8_encode(qm_mul(u2f(u[j] & 0xFFFF0000u), sc), k.elem, k.sat);
+        o[j >> 1] |= (lo | (hi << 8)) << ((j & 1) * 16);
+      }
+      reinterpret_cast<uint2*>(k.q)[i] = make_uint2(o[0], o[1]);
+    }
+    tail = nv * 8;
+  }
+  for (int64_t i = tail + tid; i < n; i += stride) k.q[i] = fp8_encode(qm_mul(bf16_to_f32(k.x[i]), sc), k.elem, k.sat);
+}
+
+// ---- grouped: one CTA per group
+constexpr int kGroupThreads = 128;
+
+__global__ void __launch_bounds__(kGroupThreads) fp8_group_kernel(Fp8K k) {
+  __shared__ unsigned wmax[kGroupThreads / 32];
+  __shared__ float s_scale;
+  const int64_t gi = blockIdx.y, gj = blockIdx.x;
+  const int64_t r0 = gi * k.gr, c0 = gj * k.gc;
+  const int64_t r1 = min(k.M, r0 + k.gr), c1 = min(k.N, c0 + k.gc);
+  const int64_t w = c1 - c0, cnt = (r1 - r0) * w;
+  unsigned m = 0;
+  for (int64_t e = threadIdx.x; e < cnt; e += kGroupThreads) {
+    const int64_t i = r0 + e / w, j = c0 + e % w;
+    m = max(m, abs_bits(k.x[i * k.N + j], k.nanprop));
+  }
+  m = __reduce_max_sync(0xffffffffu, m);
+  if ((threadIdx.x & 31) == 0) wmax[threadIdx.x >> 5] = m;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned mm = 0;
+    for (int i = 0; i < kGroupThreads / 32; ++i) mm = max(mm, wmax[i]);
+    const Fp8Scale s = group_scale(k, u2f(mm));
+    const int64_t g = gi * k.nc + gj;
+    k.amax[g] = s.amax;
+    k.scale[g] = s.scale;
+    k.scale_inv[g] = s.scale_inv;
+    s_scale = s.scale;
+  }
+  __syncthreads();
+  const float sc = s_scale;
+  for (int64_t e = threadIdx.x; e < cnt; e += kGroupThreads) {
+    const int64_t i = r0 + e / w, j = c0 + e % w;
+    k.q[i * k.N + j] = fp8_encode(qm_mul(bf16_to_f32(k.x[i * k.N + j]), sc), k.elem, k.sat);
+  }
+}
+
+__global__ void fp8_dequant_kernel(Fp8K k, float* out) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= k.M * k.N) return;
+  const int64_t r = i / k.N, c = i % k.N;
+  const float si = k.scale_inv[(r / k.gr) * k.nc + c / k.gc];
+  out[i] = qm_mul(elem_decode(k.q[i], k.elem), si);
+}
+
+__global__ void swizzle_kernel(const uint8_t* sf, int64_t rows, int64_t cols, int64_t C, int64_t total, uint8_t* out) {
+  const int64_t o = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (o >= total) return;
+  // off(r, c) = ((r/128)*(C/4) + c/4)*512 + (r%32)*16 + ((r%128)/32)*4 + c%4
+  const int64_t tile = o / 512, in = o % 512;
+  const int64_t rt = tile / (C / 4), ct = tile % (C / 4);
+  const int64_t r = rt * 128 + ((in % 16) / 4) * 32 + in / 16;
+  const int64_t c = ct * 4 + in % 4;
+  out[o] = (r < rows && c < cols) ? sf[r * cols + c] : static_cast<uint8_t>(0);
+}
+
+}  // namespace
+
+cudaError_t quant_fp8_v1(const Fp8Args& a, cudaStream_t s) {
+  if (a.M < 1 || a.N < 1 || !a.x || !a.q || !a.scale || !a.scale_inv || !a.amax || a.elem < 0 || a.elem > 1 ||
+      a.gran < 0 || a.gran > 3)
+    return cudaErrorInvalidValue;
+  Fp8K k{};
+  k.x = a.x;
+  k.M = a.M;
+  k.N = a.N;
+  k.elem = static_cast<Elem>(a.elem);
+  k.sat = a.satfinite;
+  k.deepgemm = a.deepgemm;
+  k.pow2 = a.pow2;
+  k.nanprop = a.deepgemm;  // torch.amax propagates NaN; TE's amax drops it
+  k.maxv = a.elem == 0 ? 448.0f : 57344.0f;
+  k.eps = a.epsilon;
+  k.q = a.q;
+  k.scale_inv = a.scale_inv;
+  k.scale = a.scale;
+  k.amax = a.amax;
+  switch (a.gran) {
+    case 0: k.gr = a.M, k.gc = a.N; break;
+    case 1: k.gr = 1, k.gc = a.N; break;
+    case 2: k.gr = 1, k.gc = 128; break;
+    default: k.gr = 128, k.gc = 128; break;
+  }
+  k.nr = (a.M + k.gr - 1) / k.gr;
+  k.nc = (a.N + k.gc - 1) / k.gc;
+  int dev = 0, sms = 132;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  const int64_t n = a.M * a.N;
+  if (a.gran == 0) {
+    const int th = 256;
+    int64_t blocks = (n / 8 + th - 1) / th;
+    blocks = blocks < 1 ? 1 : (blocks > sms * 8 ? sms * 8 : blocks);
+    if (!a.amax_given) {
+      if (cudaError_t e = cudaMemsetAsync(a.amax, 0, sizeof(float), s); e != cudaSuccess) return e;
+      fp8_tensor_amax_kernel<<<static_cast<unsigned>(blocks), th, 0, s>>>(k, reinterpret_cast<unsigned*>(a.amax));
+      if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+    }
+    fp8_tensor_scale_kernel<<<1, 1, 0, s>>>(k, a.amax_given, a.amax_value);
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+    fp8_tensor_cast_kernel<<<static_cast<unsigned>(blocks), th, 0, s>>>(k);
+  } else {
+    if (k.nr > 65535) return cudaErrorInvalidValue;
+    fp8_group_kernel<<<dim3(static_cast<unsigned>(k.nc), static_cast<unsigned>(k.nr)), kGroupThreads, 0, s>>>(k);
+  }
+  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  if (a.xhat) {
+    const int th = 256;
+    fp8_dequant_kernel<<<static_cast<unsigned>((n + th - 1) / th), th, 0, s>>>(k, a.xhat);
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
+}
+
+cudaError_t quant_swizzle_v1(const uint8_t* sf, int64_t rows, int64_t cols, uint8_t* out, cudaStream_t s) {
+  if (rows < 1 || cols < 1 || !sf || !out) return cudaErrorInvalidValue;
+  const int64_t R = (rows + 127) / 128 * 128, C = (cols + 3) / 4 * 4, total = R * C;
+  const int th = 256;
+  swizzle_kernel<<<static_cast<unsigned>((total + th - 1) / th), th, 0, s>>>(sf, rows, cols, C, total, out);
+  return cudaGetLastError();
+}
+
+}  // namespace assay::kernels::quant

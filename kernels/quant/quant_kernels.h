@@ -1,0 +1,75 @@
+// Launchers of the quant kernels (device pointers; every launch is enqueued on `s`). Used by the
+// registration (kernels/quant/quant.cpp) and the benchmark (kernels/quant/bench_quant.cu).
+//
+// Tensors (DESIGN.md vocabulary; codes one per byte unless "packed"):
+//   x            [M, N] bf16 codes (uint16)
+//   rowwise      q_row [M, N] (e2m1 / e4m3 / e5m2 codes), packed_row [M, ceil(N/2)] u8 (E2M1 only:
+//                element 2k in the low nibble), scale_row [M, ceil(N/V)] (e4m3 for NVFP4, V = 16;
+//                ue8m0 for MX, V = 32), amax_row [1] f32 (NVFP4), xhat_row [M, N] f32
+//   columnwise   the same for x^T: q_col [N, M], packed_col [N, ceil(M/2)], scale_col [N, ceil(M/V)],
+//                amax_col [1], xhat_col [N, M]
+//   FP8          q [M, N], scale_inv / scale / amax [SR, SC] f32 (one per group), xhat [M, N] f32
+//   swizzle      sf [rows, cols] u8 -> sf_swizzled [roundup(rows,128) * roundup(cols,4)] u8
+// Any output pointer may be null (not written), except those a direction needs: scale_* (and
+// amax_* for NVFP4) enable a direction.
+#pragma once
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+namespace assay::kernels::quant {
+
+// ---------------------------------------------------------------- NVFP4 (TransformerEngine)
+struct Nvfp4Args {
+  const uint16_t* x = nullptr;
+  int64_t M = 0, N = 0;
+  bool block_2d = false;  // 16x16 tiles: one scale per tile, rowwise = columnwise^T
+  // Per direction: q (optional), packed (optional), scale (enables the direction), amax (required
+  // with scale: receives the global amax used), xhat (optional: the TE dequantization).
+  uint8_t *q_row = nullptr, *packed_row = nullptr, *scale_row = nullptr;
+  float *amax_row = nullptr, *xhat_row = nullptr;
+  uint8_t *q_col = nullptr, *packed_col = nullptr, *scale_col = nullptr;
+  float *amax_col = nullptr, *xhat_col = nullptr;
+  // Amax: overrides (TE's externally supplied amax) or computed from x (fmaxf, NaN dropped).
+  bool amax_row_given = false, amax_col_given = false;
+  float amax_row_value = 0, amax_col_value = 0;
+  // false: amax_row / amax_col already hold the amax (benchmark of the cast alone).
+  bool compute_amax = true;
+};
+cudaError_t quant_nvfp4_v1(const Nvfp4Args& a, cudaStream_t s);
+
+// ---------------------------------------------------------------- MX (MXFP8 E4M3 / E5M2, MXFP4)
+struct MxArgs {
+  const uint16_t* x = nullptr;
+  int64_t M = 0, N = 0;
+  int elem = 0;        // 0 e4m3, 1 e5m2, 2 e2m1
+  bool rceil = false;  // false: OCP spec floor rule
+  uint8_t *q_row = nullptr, *packed_row = nullptr, *scale_row = nullptr;
+  float* xhat_row = nullptr;
+  uint8_t *q_col = nullptr, *packed_col = nullptr, *scale_col = nullptr;
+  float* xhat_col = nullptr;
+};
+cudaError_t quant_mx_v1(const MxArgs& a, cudaStream_t s);
+
+// ---------------------------------------------------------------- FP8 scaling
+struct Fp8Args {
+  const uint16_t* x = nullptr;
+  int64_t M = 0, N = 0;
+  int elem = 0;            // 0 e4m3, 1 e5m2
+  bool satfinite = true;   // false: __NV_NOSAT (torch <= 2.11 eager cast)
+  int gran = 0;            // 0 per tensor, 1 per channel (row), 2 1x128, 3 128x128
+  bool deepgemm = false;   // false: TE compute_scale_from_amax
+  bool pow2 = false;
+  float epsilon = 0;
+  bool amax_given = false;  // per tensor only
+  float amax_value = 0;
+  uint8_t* q = nullptr;
+  float *scale_inv = nullptr, *scale = nullptr, *amax = nullptr;  // [SR, SC]; all three required
+  float* xhat = nullptr;
+};
+cudaError_t quant_fp8_v1(const Fp8Args& a, cudaStream_t s);
+
+// ---------------------------------------------------------------- 128x4 scale swizzle
+cudaError_t quant_swizzle_v1(const uint8_t* sf, int64_t rows, int64_t cols, uint8_t* out, cudaStream_t s);
+
+}  // namespace assay::kernels::quant
