@@ -128,6 +128,15 @@ int worker_main(const WorkerArgs& a) {
   if (cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking); e != cudaSuccess)
     return fail("cuda_error", cuda_msg("cudaStreamCreate", e), kExitCuda);
   ctx.stream = stream;
+  // Host -> device copies go on the kernel's stream and are waited for. A plain cudaMemcpy from
+  // pageable memory runs on the legacy stream and may return before its DMA lands; the kernel's
+  // non-blocking stream does not wait for it, so under load the poison fill could land after (and
+  // over) the kernel's outputs, or the kernel could read half-uploaded inputs.
+  auto upload = [&](void* dst, const void* src, size_t n) -> cudaError_t {
+    if (n == 0) return cudaSuccess;
+    if (cudaError_t e = cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, stream); e != cudaSuccess) return e;
+    return cudaStreamSynchronize(stream);
+  };
 
   // Inputs: storage codes, uploaded once; a host copy is kept to detect kernels that write them.
   std::vector<std::vector<uint8_t>> in_host;
@@ -141,7 +150,8 @@ int worker_main(const WorkerArgs& a) {
     void* d = nullptr;
     if (cudaError_t e = cudaMalloc(&d, std::max<size_t>(h.size(), 1)); e != cudaSuccess)
       return fail("cuda_error", cuda_msg(fmt::format("cudaMalloc input '{}'", t.name).c_str(), e), kExitCuda);
-    if (!h.empty()) cudaMemcpy(d, h.data(), h.size(), cudaMemcpyHostToDevice);
+    if (cudaError_t e = upload(d, h.data(), h.size()); e != cudaSuccess)
+      return fail("cuda_error", cuda_msg(fmt::format("upload input '{}'", t.name).c_str(), e), kExitCuda);
     ctx.inputs.push_back({t.name, t.axes, t.shape, t.dtype, d});
     in_host.push_back(std::move(h));
   }
@@ -174,8 +184,8 @@ int worker_main(const WorkerArgs& a) {
       fill_code(h.data() + kGuardBytes, outs[i].payload / static_cast<size_t>(info(dt).storage_bytes),
                 static_cast<size_t>(info(dt).storage_bytes), poison_code(dt, r));
       fill_guard(h.data() + kGuardBytes + outs[i].payload, kGuardBytes);
-      if (cudaError_t e = cudaMemcpy(outs[i].base, h.data(), h.size(), cudaMemcpyHostToDevice); e != cudaSuccess)
-        return fail("cuda_error", cuda_msg("cudaMemcpy (poison)", e), kExitCuda);
+      if (cudaError_t e = upload(outs[i].base, h.data(), h.size()); e != cudaSuccess)
+        return fail("cuda_error", cuda_msg("upload (poison)", e), kExitCuda);
     }
     cudaEventRecord(ev0, stream);
     std::string err;
@@ -187,6 +197,9 @@ int worker_main(const WorkerArgs& a) {
     if (!err.empty()) return fail("launch_error", fmt::format("run {}: {}", r, err), kExitCuda);
     cudaEventRecord(ev1, stream);
     if (cudaError_t e = cudaStreamSynchronize(stream); e != cudaSuccess)
+      return fail("cuda_error", fmt::format("run {}: {}", r, cuda_msg("after the kernel", e)), kExitCuda);
+    // Also wait for work a kernel put on streams other than ctx.stream before reading outputs.
+    if (cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess)
       return fail("cuda_error", fmt::format("run {}: {}", r, cuda_msg("after the kernel", e)), kExitCuda);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess)
       return fail("cuda_error", fmt::format("run {}: {}", r, cuda_msg("after the kernel", e)), kExitCuda);
