@@ -11,6 +11,12 @@ namespace assay {
 
 static const char* nf_class(double x) { return std::isnan(x) ? "NaN" : (x > 0 ? "+Inf" : "-Inf"); }
 
+// y if the dtype represents it as a finite value, else the Inf it rounds to.
+static double overflow_to_inf(DType t, double y) {
+  const double r = round_to(t, y);
+  return std::isinf(r) ? r : y;
+}
+
 TensorReport compare_tensor(const Output& golden, const std::vector<double>& a, const Tolerance& tol) {
   const Tensor& g = golden.expected;
   ASSAY_CHECK(a.size() == g.data.size(), "compare {}: {} candidate values for {} expected", g.name, a.size(), g.data.size());
@@ -37,8 +43,12 @@ TensorReport compare_tensor(const Output& golden, const std::vector<double>& a, 
   for (size_t i = 0; i < n; ++i) {
     const double x = a[i], y = e[i];
     bool bad = false;
-    if (!std::isfinite(y) || !std::isfinite(x)) {
-      const bool same = (std::isnan(x) && std::isnan(y)) || (std::isinf(x) && x == y);
+    // The truth as the output dtype holds it: a finite fp64 value past the dtype's range rounds
+    // (RNE, non-saturating) to +-Inf in a format that has Inf, so a candidate that stores that
+    // Inf is right and one that saturates to the largest finite value is not.
+    const double yt = float_dtype && info(g.dtype).has_inf && std::isfinite(y) ? overflow_to_inf(g.dtype, y) : y;
+    if (!std::isfinite(yt) || !std::isfinite(x)) {
+      const bool same = (std::isnan(x) && std::isnan(yt)) || (std::isinf(x) && x == yt);
       if (!same) {
         ++r.nonfinite_mismatches;
         if (nonfinite_first < 0) nonfinite_first = static_cast<int64_t>(i);
@@ -99,10 +109,14 @@ TensorReport compare_tensor(const Output& golden, const std::vector<double>& a, 
   // Never-pass rules.
   if (r.nonfinite_mismatches > 0) {
     const auto i = static_cast<size_t>(nonfinite_first);
-    r.never_pass.push_back(fmt::format("{} NaN/Inf position mismatch(es); first at {}: candidate {} where golden is {}",
+    r.never_pass.push_back(fmt::format("{} NaN/Inf position mismatch(es); first at {}: candidate {} where golden is {}{}",
                                        r.nonfinite_mismatches, g.index_str(nonfinite_first),
                                        std::isfinite(a[i]) ? fmt::format("{:g}", a[i]) : nf_class(a[i]),
-                                       std::isfinite(e[i]) ? fmt::format("{:g}", e[i]) : nf_class(e[i])));
+                                       std::isfinite(e[i]) ? fmt::format("{:g}", e[i]) : nf_class(e[i]),
+                                       std::isfinite(e[i]) && float_dtype && info(g.dtype).has_inf &&
+                                               std::isinf(overflow_to_inf(g.dtype, e[i]))
+                                           ? fmt::format(" (rounds to {} in {})", nf_class(overflow_to_inf(g.dtype, e[i])), name(g.dtype))
+                                           : ""));
   }
   const bool golden_all_zero = std::all_of(e.begin(), e.end(), [](double v) { return v == 0; });
   const bool cand_all_zero = n > 0 && std::all_of(a.begin(), a.end(), [](double v) { return v == 0; });

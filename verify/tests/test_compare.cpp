@@ -81,6 +81,27 @@ TEST_CASE("non-finite goldens need the same class at the same position", "[cpu][
   CHECK(compare_tensor(g, {1, 0, INFINITY, 4}, loose()).verdict == Verdict::Incorrect);
 }
 
+TEST_CASE("a finite truth past the output dtype's range must come back as the Inf it rounds to", "[cpu][L0]") {
+  // MXFP4 dequant of code 6 with scale 2^127: 6 * 2^127 = 1.02e39 is finite in fp64, but fp32's
+  // largest finite is (2 - 2^-23) * 2^127 = 3.4e38, so RNE gives +Inf.
+  const double big = 6.0 * std::ldexp(1.0, 127);
+  auto g = golden({1, big, -big, 4});
+  auto t = loose();
+  CHECK(compare_tensor(g, {1, INFINITY, -INFINITY, 4}, t).verdict == Verdict::Passed);
+  // Saturating to FLT_MAX is not what fp32 rounding of the truth gives.
+  const double fmax = std::numeric_limits<float>::max();
+  auto r = compare_tensor(g, {1, fmax, -INFINITY, 4}, t);
+  CHECK(r.verdict == Verdict::Incorrect);
+  CHECK(r.nonfinite_mismatches == 1);
+  CHECK_THAT(r.summary(), assay_test::Contains("rounds to +Inf in fp32"));
+  CHECK(compare_tensor(g, {1, INFINITY, INFINITY, 4}, t).verdict == Verdict::Incorrect);
+  // The same magnitude is finite in fp64 outputs: Inf there is wrong.
+  CHECK(compare_tensor(golden({1, big, -big, 4}, DType::f64), {1, INFINITY, -INFINITY, 4}, t).verdict ==
+        Verdict::Incorrect);
+  // Below the fp32 rounding boundary (max + half an ulp) the truth stays finite in fp32.
+  CHECK(compare_tensor(golden({1, fmax, -fmax, 4}), {1, INFINITY, -INFINITY, 4}, t).verdict == Verdict::Incorrect);
+}
+
 TEST_CASE("exact tolerance compares the spec-rounded value", "[cpu][L0]") {
   Output g = golden({0.5, 1.0, 6.0, -0.0}, DType::e2m1);
   g.rounded = std::vector<uint64_t>{0x1, 0x2, 0x7, 0x8};
