@@ -68,9 +68,9 @@ KernelDef make_nvfp4_v1() {
     const auto p = CaseParams::parse(g.prov.case_toml);
     const std::string recipe = p.get_string("recipe", "nvfp4");
     if (recipe != "nvfp4") return no("recipe '" + recipe + "' is not NVFP4");
-    if (p.get_int("ao", 0)) return no("torchao NVFP4 recipe (A3.7) not implemented");
-    if (p.get_int("rht", 0)) return no("NVFP4 with the random Hadamard transform not implemented");
-    if (p.get_int("sr", 0)) return no("NVFP4 stochastic rounding not implemented");
+    if (p.get_int("ao", 0)) return no("torchao NVFP4 recipe (A3.7) is outside this kernel");
+    if (p.get_int("rht", 0)) return no("NVFP4 with the random Hadamard transform is outside this kernel");
+    if (p.get_int("sr", 0)) return no("NVFP4 stochastic rounding is outside this kernel");
     if (auto s = x_bf16(g); !s.ok) return s;
     const Shape& xs = g.input("x")->shape;
     if ((xs[0] + 63) / 64 > 65535) return no("M too large for the tile grid (M <= 4194240)");
@@ -136,8 +136,8 @@ KernelDef make_mx_v1() {
     if (recipe != "mx") return no("recipe '" + recipe + "' is not MX");
     const std::string el = p.get_string("elem", "e4m3"), rule = p.get_string("rule", "floor");
     const int e = mx_elem(el);
-    if (e < 0) return no("MX element '" + el + "' not implemented (e4m3, e5m2, e2m1)");
-    if (rule != "floor" && rule != "rceil") return no("MX scale rule '" + rule + "' not implemented");
+    if (e < 0) return no("MX element '" + el + "' is outside this kernel (it takes e4m3, e5m2, e2m1)");
+    if (rule != "floor" && rule != "rceil") return no("MX scale rule '" + rule + "' is outside this kernel");
     if (auto s = x_bf16(g); !s.ok) return s;
     if ((g.input("x")->shape[0] + 63) / 64 > 65535) return no("M too large for the tile grid (M <= 4194240)");
     const DType edt = e == 0 ? DType::e4m3 : e == 1 ? DType::e5m2 : DType::e2m1;
@@ -196,13 +196,13 @@ KernelDef make_fp8_v1() {
   d.can_implement = [](const Golden& g) -> Support {
     const auto p = CaseParams::parse(g.prov.case_toml);
     const std::string recipe = p.get_string("recipe", "nvfp4");
-    if (recipe != "fp8") return no("recipe '" + recipe + "' is not FP8 scaling (fake_quant / gemm not implemented)");
+    if (recipe != "fp8") return no("recipe '" + recipe + "' is not FP8 scaling (fake_quant and gemm are outside this kernel)");
     const std::string el = p.get_string("elem", "e4m3"), ov = p.get_string("overflow", "sat");
     const std::string gr = p.get_string("gran", "tensor"), sc = p.get_string("scale", "te");
     if (el != "e4m3" && el != "e5m2") return no("FP8 element '" + el + "' not supported");
     if (ov != "sat" && ov != "nonsat") return no("FP8 overflow '" + ov + "' not supported");
-    if (fp8_gran(gr) < 0) return no("FP8 granularity '" + gr + "' not implemented");
-    if (sc != "te" && sc != "deepgemm") return no("FP8 scale recipe '" + sc + "' not implemented");
+    if (fp8_gran(gr) < 0) return no("FP8 granularity '" + gr + "' is outside this kernel");
+    if (sc != "te" && sc != "deepgemm") return no("FP8 scale recipe '" + sc + "' is outside this kernel");
     if (auto s = x_bf16(g); !s.ok) return s;
     const Shape& xs = g.input("x")->shape;
     const int gi = fp8_gran(gr);
