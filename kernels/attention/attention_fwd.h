@@ -154,12 +154,79 @@ __device__ __forceinline__ RowMap map_row(int gr, int rows_total, int packed, in
   return m;
 }
 
+// Shared-memory tile loads, common to the prefill and decode kernels. Row stride LD elements,
+// DP = D padded to the tile; columns past D (Dv) and rows outside the sequence / key range are
+// zero-filled, so every MMA reads defined values. vec16: 16-byte cp.async chunks (D, Dv % 8 == 0
+// and aligned bases), else one element per thread.
+//
+// Q rows [0, NROWS): CTA row r is query row row0 + r through map_row.
+template <int NROWS, int DP, int LD, int NT>
+__device__ __forceinline__ void load_q_tile(uint16_t* sQ, const uint16_t* __restrict__ gq, const AttnParams& p,
+                                            bool vec16, int tid, int row0, int rows_total, int packed, int G,
+                                            int hk, int hfix, int qs) {
+  constexpr int CPR = DP / 8;
+  const int D = p.D;
+  if (vec16) {
+    for (int c = tid; c < NROWS * CPR; c += NT) {
+      const int r = c / CPR, col = (c % CPR) * 8;
+      const RowMap m = map_row(row0 + r, rows_total, packed, G, hk, hfix);
+      const bool ok = m.valid && col < D;
+      const uint16_t* src = ok ? gq + (static_cast<int64_t>(qs + m.i) * p.Hq + m.h) * D + col : gq;
+      cp_async16(sQ + r * LD + col, src, ok ? 16 : 0);
+    }
+  } else {
+    for (int e = tid; e < NROWS * DP; e += NT) {
+      const int r = e / DP, col = e % DP;
+      const RowMap m = map_row(row0 + r, rows_total, packed, G, hk, hfix);
+      uint16_t x = 0;
+      if (m.valid && col < D) x = gq[(static_cast<int64_t>(qs + m.i) * p.Hq + m.h) * D + col];
+      sQ[r * LD + col] = x;
+    }
+  }
+}
+// K and V rows [0, BN) of one tile: key kt + r of sequence b, KV head hk; keys past hi are zero
+// rows.
+template <int DP, int LD, int NT>
+__device__ __forceinline__ void load_kv_tile(uint16_t* dK, uint16_t* dV, const uint16_t* __restrict__ gk,
+                                             const uint16_t* __restrict__ gv, const AttnParams& p, bool vec16,
+                                             int tid, int b, int hk, int kt, int hi) {
+  constexpr int CPR = DP / 8;
+  const int D = p.D, Dv = p.Dv;
+  if (vec16) {
+#pragma unroll
+    for (int it = 0; it < (BN * CPR + NT - 1) / NT; ++it) {
+      const int c = tid + it * NT;
+      if (BN * CPR % NT == 0 || c < BN * CPR) {
+        const int r = c / CPR, col = (c % CPR) * 8;
+        const int j = kt + r;
+        const bool ok = j <= hi;
+        const int64_t tok = ok ? kv_token_index(p, b, j) : 0;
+        const bool okk = ok && col < D, okv = ok && col < Dv;
+        cp_async16(dK + r * LD + col, okk ? gk + (tok * p.Hkv + hk) * D + col : gk, okk ? 16 : 0);
+        cp_async16(dV + r * LD + col, okv ? gv + (tok * p.Hkv + hk) * Dv + col : gv, okv ? 16 : 0);
+      }
+    }
+  } else {
+    for (int e = tid; e < BN * DP; e += NT) {
+      const int r = e / DP, col = e % DP;
+      const int j = kt + r;
+      uint16_t xk = 0, xv = 0;
+      if (j <= hi) {
+        const int64_t tok = kv_token_index(p, b, j);
+        if (col < D) xk = gk[(tok * p.Hkv + hk) * D + col];
+        if (col < Dv) xv = gv[(tok * p.Hkv + hk) * Dv + col];
+      }
+      dK[r * LD + col] = xk;
+      dV[r * LD + col] = xv;
+    }
+  }
+}
+
 // Grid: x = query tiles (heaviest first), y = B * Hq (B * Hkv when packed), z = splits.
 template <typename T, int DP>
 __global__ void __launch_bounds__(Cfg<DP>::NT, 1) attn_fwd_kernel(const AttnParams p, const Flags f) {
   using C = Cfg<DP>;
   constexpr int BM = C::BM, LD = C::LD, NT = C::NT;
-  constexpr int CPR = DP / 8;  // 16-byte chunks per row
   extern __shared__ __align__(128) unsigned char smem_raw[];
   uint16_t* sQ = reinterpret_cast<uint16_t*>(smem_raw);
   uint16_t* sK = sQ + BM * LD;
@@ -226,60 +293,15 @@ __global__ void __launch_bounds__(Cfg<DP>::NT, 1) attn_fwd_kernel(const AttnPara
   const uint16_t* __restrict__ gq = static_cast<const uint16_t*>(p.q);
   const uint16_t* __restrict__ gk = static_cast<const uint16_t*>(p.k);
   const uint16_t* __restrict__ gv = static_cast<const uint16_t*>(p.v);
-  const int D = p.D, Dv = p.Dv;
+  const int Dv = p.Dv;
 
   auto load_q = [&]() {
-    if (f.vec16) {
-      for (int c = tid; c < BM * CPR; c += NT) {
-        const int r = c / CPR, col = (c % CPR) * 8;
-        const RowMap m = map_row(row0 + r, rows_total, f.packed, G, hk, hfix);
-        const bool ok = m.valid && col < D;
-        const uint16_t* src = ok ? gq + (static_cast<int64_t>(qs + m.i) * p.Hq + m.h) * D + col : gq;
-        cp_async16(sQ + r * LD + col, src, ok ? 16 : 0);
-      }
-    } else {
-      for (int e = tid; e < BM * DP; e += NT) {
-        const int r = e / DP, col = e % DP;
-        const RowMap m = map_row(row0 + r, rows_total, f.packed, G, hk, hfix);
-        uint16_t x = 0;
-        if (m.valid && col < D) x = gq[(static_cast<int64_t>(qs + m.i) * p.Hq + m.h) * D + col];
-        sQ[r * LD + col] = x;
-      }
-    }
+    load_q_tile<BM, DP, LD, NT>(sQ, gq, p, f.vec16, tid, row0, rows_total, f.packed, G, hk, hfix, qs);
   };
   // K/V tile t into stage st: keys kbase + t*BN + r; keys past hi_cta are zero rows.
   auto load_kv = [&](int t, int st) {
-    uint16_t* dK = sK + st * BN * LD;
-    uint16_t* dV = sV + st * BN * LD;
-    const int kt = kbase + t * BN;
-    if (f.vec16) {
-#pragma unroll
-      for (int it = 0; it < (BN * CPR + NT - 1) / NT; ++it) {
-        const int c = tid + it * NT;
-        if (BN * CPR % NT == 0 || c < BN * CPR) {
-          const int r = c / CPR, col = (c % CPR) * 8;
-          const int j = kt + r;
-          const bool ok = j <= hi_cta;
-          const int64_t tok = ok ? kv_token_index(p, b, j) : 0;
-          const bool okk = ok && col < D, okv = ok && col < Dv;
-          cp_async16(dK + r * LD + col, okk ? gk + (tok * p.Hkv + hk) * D + col : gk, okk ? 16 : 0);
-          cp_async16(dV + r * LD + col, okv ? gv + (tok * p.Hkv + hk) * Dv + col : gv, okv ? 16 : 0);
-        }
-      }
-    } else {
-      for (int e = tid; e < BN * DP; e += NT) {
-        const int r = e / DP, col = e % DP;
-        const int j = kt + r;
-        uint16_t xk = 0, xv = 0;
-        if (j <= hi_cta) {
-          const int64_t tok = kv_token_index(p, b, j);
-          if (col < D) xk = gk[(tok * p.Hkv + hk) * D + col];
-          if (col < Dv) xv = gv[(tok * p.Hkv + hk) * Dv + col];
-        }
-        dK[r * LD + col] = xk;
-        dV[r * LD + col] = xv;
-      }
-    }
+    load_kv_tile<DP, LD, NT>(sK + st * BN * LD, sV + st * BN * LD, gk, gv, p, f.vec16, tid, b, hk, kbase + t * BN,
+                             hi_cta);
   };
 
   float acc[DP / 8][4];
@@ -463,7 +485,6 @@ template <typename T, int DP>
 __global__ void __launch_bounds__(128) attn_decode_kernel(const AttnParams p, const Flags f) {
   using C = DCfg<DP>;
   constexpr int LD = C::LD, NT = C::NT, NW = C::NW;
-  constexpr int CPR = DP / 8;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   __shared__ float red_m[NW][16], red_l[NW][16];
   uint16_t* sQ = reinterpret_cast<uint16_t*>(smem_raw);
@@ -514,59 +535,12 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(const AttnParams p, co
   const uint16_t* __restrict__ gq = static_cast<const uint16_t*>(p.q);
   const uint16_t* __restrict__ gk = static_cast<const uint16_t*>(p.k);
   const uint16_t* __restrict__ gv = static_cast<const uint16_t*>(p.v);
-  const int D = p.D, Dv = p.Dv;
+  const int Dv = p.Dv;
 
-  auto load_q = [&]() {
-    if (f.vec16) {
-      for (int c = tid; c < 16 * CPR; c += NT) {
-        const int r = c / CPR, col = (c % CPR) * 8;
-        const RowMap m = map_row(r, rows_total, 1, G, hk, 0);
-        const bool ok = m.valid && col < D;
-        const uint16_t* src = ok ? gq + (static_cast<int64_t>(qs + m.i) * p.Hq + m.h) * D + col : gq;
-        cp_async16(sQ + r * LD + col, src, ok ? 16 : 0);
-      }
-    } else {
-      for (int e = tid; e < 16 * DP; e += NT) {
-        const int r = e / DP, col = e % DP;
-        const RowMap m = map_row(r, rows_total, 1, G, hk, 0);
-        uint16_t x = 0;
-        if (m.valid && col < D) x = gq[(static_cast<int64_t>(qs + m.i) * p.Hq + m.h) * D + col];
-        sQ[r * LD + col] = x;
-      }
-    }
-  };
+  auto load_q = [&]() { load_q_tile<16, DP, LD, NT>(sQ, gq, p, f.vec16, tid, 0, rows_total, 1, G, hk, 0, qs); };
   auto load_kv = [&](int t, int st) {
-    uint16_t* dK = sK + st * BN * LD;
-    uint16_t* dV = sV + st * BN * LD;
-    const int kt = kbase + t * BN;
-    if (f.vec16) {
-#pragma unroll
-      for (int it = 0; it < (BN * CPR + NT - 1) / NT; ++it) {
-        const int c = tid + it * NT;
-        if (BN * CPR % NT == 0 || c < BN * CPR) {
-          const int r = c / CPR, col = (c % CPR) * 8;
-          const int j = kt + r;
-          const bool ok = j <= hi_cta;
-          const int64_t tok = ok ? kv_token_index(p, b, j) : 0;
-          const bool okk = ok && col < D, okv = ok && col < Dv;
-          cp_async16(dK + r * LD + col, okk ? gk + (tok * p.Hkv + hk) * D + col : gk, okk ? 16 : 0);
-          cp_async16(dV + r * LD + col, okv ? gv + (tok * p.Hkv + hk) * Dv + col : gv, okv ? 16 : 0);
-        }
-      }
-    } else {
-      for (int e = tid; e < BN * DP; e += NT) {
-        const int r = e / DP, col = e % DP;
-        const int j = kt + r;
-        uint16_t xk = 0, xv = 0;
-        if (j <= hi_cta) {
-          const int64_t tok = kv_token_index(p, b, j);
-          if (col < D) xk = gk[(tok * p.Hkv + hk) * D + col];
-          if (col < Dv) xv = gv[(tok * p.Hkv + hk) * Dv + col];
-        }
-        dK[r * LD + col] = xk;
-        dV[r * LD + col] = xv;
-      }
-    }
+    load_kv_tile<DP, LD, NT>(sK + st * BN * LD, sV + st * BN * LD, gk, gv, p, f.vec16, tid, b, hk, kbase + t * BN,
+                             hi_cta);
   };
 
   float acc[DP / 8][4];
