@@ -1,6 +1,9 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <string>
+
+#include <unistd.h>
 
 #include "catch_compat.h"
 #include "fixtures/gen/inputs.h"
@@ -13,6 +16,13 @@ using namespace assay;
 namespace fs = std::filesystem;
 
 namespace {
+// One directory per test case: ctest runs the cases of this file as parallel processes, and the
+// round-trip test asserts that no temp file is left in its directory.
+fs::path test_dir(const std::string& name) {
+  const auto d = fs::temp_directory_path() / ("assay_test_golden_" + name + "_" + std::to_string(::getpid()));
+  fs::create_directories(d);
+  return d;
+}
 Golden sample_golden() {
   Golden g;
   g.prov.op = "scaled_add";
@@ -39,8 +49,7 @@ Golden sample_golden() {
 }  // namespace
 
 TEST_CASE("goldens round-trip through HDF5", "[cpu][L0]") {
-  const auto dir = fs::temp_directory_path() / "assay_test_golden";
-  fs::create_directories(dir);
+  const auto dir = test_dir("rt");
   const auto path = (dir / "rt.h5").string();
   const auto g = sample_golden();
   write_golden(path, g);
@@ -58,8 +67,7 @@ TEST_CASE("goldens round-trip through HDF5", "[cpu][L0]") {
 }
 
 TEST_CASE("a flipped input byte makes a golden Stale", "[cpu][L0]") {
-  const auto dir = fs::temp_directory_path() / "assay_test_golden";
-  fs::create_directories(dir);
+  const auto dir = test_dir("flip");
   const auto path = (dir / "flip.h5").string();
   auto g = sample_golden();
   write_golden(path, g);
@@ -72,8 +80,7 @@ TEST_CASE("a flipped input byte makes a golden Stale", "[cpu][L0]") {
 }
 
 TEST_CASE("bad golden files give input errors naming file and dataset", "[cpu][L0]") {
-  const auto dir = fs::temp_directory_path() / "assay_test_golden";
-  fs::create_directories(dir);
+  const auto dir = test_dir("bad");
   auto err = [](const std::string& p) {
     try {
       read_golden(p);
