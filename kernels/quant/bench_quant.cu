@@ -5,10 +5,13 @@
 //             launch with the global amax reduction)
 //   mxfp8_*   quant_mx_v1, E4M3 codes + UE8M0 scales, RCEIL
 //   mxfp4_*   quant_mx_v1, packed E2M1 + UE8M0 scales, RCEIL
-//   fp8_*     quant_fp8_v1, TE per-tensor (amax + scale + cast) and DeepGEMM 1x128
+//   fp8_*     quant_fp8_v1, TE per-tensor (amax + scale + cast); DeepGEMM 1x128 and 128x128 with
+//             quant_fp8_v1 and v2, then a v2-vs-v1 bitwise comparison on this tensor
 // Usage: bench_quant [M N]
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <vector>
 
 #include "kernels/bench/bench_util.h"
 #include "kernels/quant/quant_kernels.h"
@@ -102,7 +105,37 @@ int main(int argc, char** argv) {
   f8.gran = 2, f8.deepgemm = true;
   f8.amax = f, f8.scale = f + g, f8.scale_inv = f + 2 * g;
   ms = assay::bench::time_ms([&](cudaStream_t st) { quant_fp8_v1(f8, st); }, s);
-  assay::bench::report_bandwidth("fp8_deepseek_1x128", ms, 2 * MN + MN + 12.0 * static_cast<double>(g), copy);
+  assay::bench::report_bandwidth("fp8_deepseek_1x128_v1", ms, 2 * MN + MN + 12.0 * static_cast<double>(g), copy);
+  ms = assay::bench::time_ms([&](cudaStream_t st) { quant_fp8_v2(f8, st); }, s);
+  assay::bench::report_bandwidth("fp8_deepseek_1x128_v2", ms, 2 * MN + MN + 12.0 * static_cast<double>(g), copy);
+  const int64_t g2 = ((M + 127) / 128) * ((N + 127) / 128);
+  f8.gran = 3;
+  ms = assay::bench::time_ms([&](cudaStream_t st) { quant_fp8_v1(f8, st); }, s);
+  assay::bench::report_bandwidth("fp8_deepseek_128x128_v1", ms, 2 * MN + MN + 12.0 * static_cast<double>(g2), copy);
+  ms = assay::bench::time_ms([&](cudaStream_t st) { quant_fp8_v2(f8, st); }, s);
+  assay::bench::report_bandwidth("fp8_deepseek_128x128_v2", ms, 2 * MN + MN + 12.0 * static_cast<double>(g2), copy);
+
+  // v2 must give v1's bits on this tensor too (the gate checks both against the goldens).
+  float* f2 = dalloc<float>(static_cast<size_t>(4 * (M * ((N + 127) / 128) + 1)));
+  for (int gran : {2, 3}) {
+    const int64_t ng = gran == 2 ? g : g2;
+    Fp8Args a1 = f8, a2 = f8;
+    a1.gran = a2.gran = gran;
+    a1.amax = f, a1.scale = f + ng, a1.scale_inv = f + 2 * ng;
+    a2.q = qc, a2.amax = f2, a2.scale = f2 + ng, a2.scale_inv = f2 + 2 * ng;
+    check(quant_fp8_v1(a1, s), "fp8 v1");
+    check(quant_fp8_v2(a2, s), "fp8 v2");
+    check(cudaStreamSynchronize(s), "fp8 sync");
+    std::vector<uint8_t> q1(static_cast<size_t>(M * N)), q2(q1.size());
+    std::vector<float> s1(static_cast<size_t>(3 * ng)), s2(s1.size());
+    check(cudaMemcpy(q1.data(), qr, q1.size(), cudaMemcpyDeviceToHost), "copy");
+    check(cudaMemcpy(q2.data(), qc, q2.size(), cudaMemcpyDeviceToHost), "copy");
+    check(cudaMemcpy(s1.data(), f, s1.size() * 4, cudaMemcpyDeviceToHost), "copy");
+    check(cudaMemcpy(s2.data(), f2, s2.size() * 4, cudaMemcpyDeviceToHost), "copy");
+    const bool same = q1 == q2 && std::memcmp(s1.data(), s2.data(), s1.size() * 4) == 0;
+    std::printf("{\"bench\": \"fp8_v2_vs_v1_bits\", \"gran\": \"%s\", \"identical\": %s}\n",
+                gran == 2 ? "1x128" : "128x128", same ? "true" : "false");
+  }
 
   check(cudaStreamSynchronize(s), "final sync");
   check(cudaGetLastError(), "final");

@@ -5,14 +5,17 @@
 //   quant_mx_v1       recipe "mx": elem e4m3 / e5m2 / e2m1, rule floor / rceil, both directions.
 //   quant_fp8_v1      recipe "fp8": e4m3 / e5m2, sat / nonsat, gran tensor / channel / 1x128 /
 //                     128x128, scale te / deepgemm, pow2, amax override (tensor), epsilon.
+//   quant_fp8_v2      the same recipe for gran 1x128 / 128x128 with N % 4 == 0 (vectorized).
 //   quant_swizzle_v1  recipe "swizzle": the 128x4 scale-factor layout.
-// Not implemented (refused with a reason): fake_quant, the block-scaled gemm, torchao NVFP4, NVFP4
+// Outside these kernels (refused with a reason): fake_quant, the block-scaled gemm, torchao NVFP4, NVFP4
 // RHT and stochastic rounding. Inputs must be bf16 (x) / u8 (sf). Case fields and defaults follow
 // fixtures/quant.cpp.
 #include <cuda_runtime.h>
 
 #include <set>
 #include <string>
+
+#include <fmt/format.h>
 
 #include "kernels/quant/quant_kernels.h"
 #include "kernels/registry.h"
@@ -185,15 +188,18 @@ int fp8_gran(const std::string& s) {
   return s == "tensor" ? 0 : s == "channel" ? 1 : s == "1x128" ? 2 : s == "128x128" ? 3 : -1;
 }
 
-KernelDef make_fp8_v1() {
+// v1: every granularity (the readable baseline); v2: DeepSeek 1x128 / 128x128 with N % 4 == 0,
+// x read once with 8-byte lanes.
+KernelDef make_fp8(int version) {
   KernelDef d;
   d.op = "quant";
-  d.name = "quant_fp8_v1";
-  d.description =
-      "FP8 E4M3/E5M2 scaling (TE current scaling or DeepGEMM casts) per tensor / channel / 1x128 / 128x128, "
-      "deterministic amax, dequantize";
+  d.name = fmt::format("quant_fp8_v{}", version);
+  d.description = version == 1 ? "FP8 E4M3/E5M2 scaling (TE current scaling or DeepGEMM casts) per tensor / channel / "
+                                 "1x128 / 128x128, deterministic amax, dequantize"
+                               : "FP8 DeepSeek 1x128 (warp per group) and 128x128 (CTA per group, registers) casts, "
+                                 "x read once with 8-byte lanes, N % 4 == 0; the same bits as v1";
   d.deterministic = true;
-  d.can_implement = [](const Golden& g) -> Support {
+  d.can_implement = [version](const Golden& g) -> Support {
     const auto p = CaseParams::parse(g.prov.case_toml);
     const std::string recipe = p.get_string("recipe", "nvfp4");
     if (recipe != "fp8") return no("recipe '" + recipe + "' is not FP8 scaling (fake_quant and gemm are outside this kernel)");
@@ -208,6 +214,8 @@ KernelDef make_fp8_v1() {
     const int gi = fp8_gran(gr);
     const int64_t nr = gi == 0 ? 1 : gi == 1 || gi == 2 ? xs[0] : (xs[0] + 127) / 128;
     if (nr > 65535) return no("too many group rows for the grid (<= 65535)");
+    if (version == 2 && !quant_fp8_v2_supports(gi, xs[1]))
+      return no("quant_fp8_v2 takes gran 1x128 / 128x128 with N % 4 == 0 (v1 covers the rest)");
     std::set<std::string> known;
     for (const auto& [n, dt] : {std::pair{"q", el == "e4m3" ? DType::e4m3 : DType::e5m2},
                                 std::pair{"scale_inv", DType::f32}, std::pair{"scale", DType::f32},
@@ -215,11 +223,11 @@ KernelDef make_fp8_v1() {
       if (auto s = need_output(g, n, dt); !s.ok) return s;
       known.insert(n);
     }
-    return outputs_known(g, known, "quant_fp8_v1");
+    return outputs_known(g, known, version == 1 ? "quant_fp8_v1" : "quant_fp8_v2");
   };
-  d.launch = [](LaunchContext& c) -> std::string {
+  d.launch = [version](LaunchContext& c) -> std::string {
     const DevTensor* x = c.input("x");
-    if (!x) return "quant_fp8_v1: no input x";
+    if (!x) return "quant_fp8: no input x";
     Fp8Args a;
     a.x = static_cast<const uint16_t*>(x->data);
     a.M = x->shape[0];
@@ -237,7 +245,8 @@ KernelDef make_fp8_v1() {
     a.scale = out_ptr<float>(c, "scale");
     a.amax = out_ptr<float>(c, "amax");
     a.xhat = out_ptr<float>(c, "xhat");
-    return cuda_result("quant_fp8_v1", quant_fp8_v1(a, static_cast<cudaStream_t>(c.stream)));
+    const auto st = static_cast<cudaStream_t>(c.stream);
+    return version == 1 ? cuda_result("quant_fp8_v1", quant_fp8_v1(a, st)) : cuda_result("quant_fp8_v2", quant_fp8_v2(a, st));
   };
   return d;
 }
@@ -275,6 +284,7 @@ KernelDef make_swizzle_v1() {
 }  // namespace
 ASSAY_REGISTER_KERNEL(make_nvfp4_v1());
 ASSAY_REGISTER_KERNEL(make_mx_v1());
-ASSAY_REGISTER_KERNEL(make_fp8_v1());
+ASSAY_REGISTER_KERNEL(make_fp8(1));
+ASSAY_REGISTER_KERNEL(make_fp8(2));
 ASSAY_REGISTER_KERNEL(make_swizzle_v1());
 }  // namespace assay::kernels

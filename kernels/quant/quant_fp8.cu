@@ -13,6 +13,12 @@
 //                     grouped granularities: one CTA (128 threads) per group, amax by a block
 //                     reduction, then the cast of the same group (re-read from L2);
 //                     dequantize one thread per element.
+//   quant_fp8_v2      DeepSeek 1x128 and 128x128 (N % 4 == 0) read x once, 8 bytes per lane:
+//                     1x128 = a CTA per row, a warp per group (4 groups per warp in flight), the
+//                     warp's max is the group amax and every lane computes the same scale;
+//                     128x128 = one 256-thread CTA per group holding its 16 rows per warp in
+//                     registers (block max through shared memory). Same arithmetic as v1 (integer max of |x| bits, group_scale,
+//                     fp8_encode), so the same bits. Other granularities: v1's kernels.
 //   quant_swizzle_v1  one thread per swizzled byte (inverse of the offset map).
 // Conventions: TE recipe_common.cuh compute_scale_from_amax (current scaling, pow2 = mantissa
 // cleared) or DeepGEMM per_token_cast_to_fp8 / per_block_cast_to_fp8 / ceil_to_ue8m0 (CUDA eager
@@ -142,6 +148,90 @@ __global__ void __launch_bounds__(kGroupThreads) fp8_group_kernel(Fp8K k) {
   }
 }
 
+// ---- grouped, vectorized (quant_fp8_v2): N % 4 == 0, so each lane owns 4 consecutive columns
+// (8 bytes of x, 4 bytes of q) that are all inside the row or all past its end.
+constexpr int kVecThreads = 256;
+constexpr int kGroupsPerWarp = 4;
+
+__device__ __forceinline__ unsigned abs_max4(uint2 w, bool nanprop) {
+  return max(max(abs_bits(w.x & 0xFFFFu, nanprop), abs_bits(w.x >> 16, nanprop)),
+             max(abs_bits(w.y & 0xFFFFu, nanprop), abs_bits(w.y >> 16, nanprop)));
+}
+__device__ __forceinline__ uint32_t encode4(uint2 w, float sc, const Fp8K& k) {
+  const uint32_t b0 = fp8_encode(qm_mul(u2f(w.x << 16), sc), k.elem, k.sat);
+  const uint32_t b1 = fp8_encode(qm_mul(u2f(w.x & 0xFFFF0000u), sc), k.elem, k.sat);
+  const uint32_t b2 = fp8_encode(qm_mul(u2f(w.y << 16), sc), k.elem, k.sat);
+  const uint32_t b3 = fp8_encode(qm_mul(u2f(w.y & 0xFFFF0000u), sc), k.elem, k.sat);
+  return b0 | (b1 << 8) | (b2 << 16) | (b3 << 24);
+}
+__device__ __forceinline__ void store_scale(const Fp8K& k, int64_t g, const Fp8Scale& s) {
+  k.amax[g] = s.amax;
+  k.scale[g] = s.scale;
+  k.scale_inv[g] = s.scale_inv;
+}
+
+// 1x128: CTA = one row; warp w takes the row's groups w, w + 8, ..., kGroupsPerWarp at a time
+// (loads first, then the reductions and stores). No 64-bit division on the way.
+__global__ void __launch_bounds__(kVecThreads) fp8_1x128_vec_kernel(Fp8K k) {
+  constexpr int kWarps = kVecThreads / 32;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t r = blockIdx.x;
+  const uint16_t* xr = k.x + r * k.N;
+  uint8_t* qr = k.q + r * k.N;
+  for (int64_t j0 = warp; j0 < k.nc; j0 += kWarps * kGroupsPerWarp) {
+    uint2 w[kGroupsPerWarp];
+    bool in[kGroupsPerWarp];
+#pragma unroll
+    for (int u = 0; u < kGroupsPerWarp; ++u) {
+      const int64_t c = (j0 + u * kWarps) * 128 + lane * 4;
+      in[u] = c < k.N;
+      w[u] = in[u] ? __ldg(reinterpret_cast<const uint2*>(xr + c)) : make_uint2(0u, 0u);
+    }
+#pragma unroll
+    for (int u = 0; u < kGroupsPerWarp; ++u) {
+      const int64_t j = j0 + u * kWarps;
+      if (j >= k.nc) break;  // warp-uniform
+      const unsigned m = __reduce_max_sync(0xffffffffu, in[u] ? abs_max4(w[u], k.nanprop) : 0u);
+      const Fp8Scale s = group_scale(k, u2f(m));
+      if (lane == 0) store_scale(k, r * k.nc + j, s);
+      if (in[u]) *reinterpret_cast<uint32_t*>(qr + j * 128 + lane * 4) = encode4(w[u], s.scale, k);
+    }
+  }
+}
+
+// 128x128: one CTA per group; warp w holds rows w, w + 8, ..., w + 120 of it.
+__global__ void __launch_bounds__(kVecThreads) fp8_128x128_vec_kernel(Fp8K k) {
+  constexpr int kWarps = kVecThreads / 32, kRows = 128 / kWarps;
+  __shared__ unsigned wmax[kWarps];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t gi = blockIdx.y, gj = blockIdx.x;
+  const int64_t c = gj * 128 + lane * 4;
+  const bool col_in = c < k.N;
+  uint2 w[kRows];
+  unsigned m = 0;
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) {
+    const int64_t r = gi * 128 + warp + i * kWarps;
+    w[i] = col_in && r < k.M ? __ldg(reinterpret_cast<const uint2*>(k.x + r * k.N + c)) : make_uint2(0u, 0u);
+  }
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) m = max(m, abs_max4(w[i], k.nanprop));  // zero padding: |0| leaves the max
+  m = __reduce_max_sync(0xffffffffu, m);
+  if (lane == 0) wmax[warp] = m;
+  __syncthreads();
+  unsigned mm = 0;
+#pragma unroll
+  for (int i = 0; i < kWarps; ++i) mm = max(mm, wmax[i]);
+  const Fp8Scale s = group_scale(k, u2f(mm));
+  if (threadIdx.x == 0) store_scale(k, gi * k.nc + gj, s);
+  if (!col_in) return;
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) {
+    const int64_t r = gi * 128 + warp + i * kWarps;
+    if (r < k.M) *reinterpret_cast<uint32_t*>(k.q + r * k.N + c) = encode4(w[i], s.scale, k);
+  }
+}
+
 __global__ void fp8_dequant_kernel(Fp8K k, float* out) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= k.M * k.N) return;
@@ -161,13 +251,13 @@ __global__ void swizzle_kernel(const uint8_t* sf, int64_t rows, int64_t cols, in
   out[o] = (r < rows && c < cols) ? sf[r * cols + c] : static_cast<uint8_t>(0);
 }
 
-}  // namespace
 
-cudaError_t quant_fp8_v1(const Fp8Args& a, cudaStream_t s) {
+// Validates the arguments and fills the kernel parameters; false on bad arguments.
+bool fp8_params(const Fp8Args& a, Fp8K& k) {
   if (a.M < 1 || a.N < 1 || !a.x || !a.q || !a.scale || !a.scale_inv || !a.amax || a.elem < 0 || a.elem > 1 ||
       a.gran < 0 || a.gran > 3)
-    return cudaErrorInvalidValue;
-  Fp8K k{};
+    return false;
+  k = Fp8K{};
   k.x = a.x;
   k.M = a.M;
   k.N = a.N;
@@ -190,6 +280,23 @@ cudaError_t quant_fp8_v1(const Fp8Args& a, cudaStream_t s) {
   }
   k.nr = (a.M + k.gr - 1) / k.gr;
   k.nc = (a.N + k.gc - 1) / k.gc;
+  return true;
+}
+
+cudaError_t fp8_dequant(const Fp8K& k, float* xhat, cudaStream_t s) {
+  if (!xhat) return cudaSuccess;
+  const int th = 256;
+  fp8_dequant_kernel<<<static_cast<unsigned>((k.M * k.N + th - 1) / th), th, 0, s>>>(k, xhat);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+bool quant_fp8_v2_supports(int gran, int64_t N) { return (gran == 2 || gran == 3) && N % 4 == 0; }
+
+cudaError_t quant_fp8_v1(const Fp8Args& a, cudaStream_t s) {
+  Fp8K k;
+  if (!fp8_params(a, k)) return cudaErrorInvalidValue;
   int dev = 0, sms = 132;
   cudaGetDevice(&dev);
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
@@ -211,12 +318,23 @@ cudaError_t quant_fp8_v1(const Fp8Args& a, cudaStream_t s) {
     fp8_group_kernel<<<dim3(static_cast<unsigned>(k.nc), static_cast<unsigned>(k.nr)), kGroupThreads, 0, s>>>(k);
   }
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
-  if (a.xhat) {
-    const int th = 256;
-    fp8_dequant_kernel<<<static_cast<unsigned>((n + th - 1) / th), th, 0, s>>>(k, a.xhat);
-    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  return fp8_dequant(k, a.xhat, s);
+}
+
+cudaError_t quant_fp8_v2(const Fp8Args& a, cudaStream_t s) {
+  Fp8K k;
+  if (!fp8_params(a, k) || !quant_fp8_v2_supports(a.gran, a.N)) return cudaErrorInvalidValue;
+  if ((reinterpret_cast<uintptr_t>(a.x) & 7u) != 0 || (reinterpret_cast<uintptr_t>(a.q) & 3u) != 0)
+    return cudaErrorMisalignedAddress;
+  if (a.gran == 2) {
+    if (k.M > 0x7FFFFFFF) return cudaErrorInvalidValue;
+    fp8_1x128_vec_kernel<<<static_cast<unsigned>(k.M), kVecThreads, 0, s>>>(k);
+  } else {
+    if (k.nr > 65535) return cudaErrorInvalidValue;
+    fp8_128x128_vec_kernel<<<dim3(static_cast<unsigned>(k.nc), static_cast<unsigned>(k.nr)), kVecThreads, 0, s>>>(k);
   }
-  return cudaSuccess;
+  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  return fp8_dequant(k, a.xhat, s);
 }
 
 cudaError_t quant_swizzle_v1(const uint8_t* sf, int64_t rows, int64_t cols, uint8_t* out, cudaStream_t s) {

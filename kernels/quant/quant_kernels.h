@@ -68,6 +68,10 @@ struct Fp8Args {
   float* xhat = nullptr;
 };
 cudaError_t quant_fp8_v1(const Fp8Args& a, cudaStream_t s);
+// v2: the grouped DeepSeek granularities with vector access (gran 2 or 3, N % 4 == 0, x 8-byte
+// and q 4-byte aligned); the same bits as v1.
+bool quant_fp8_v2_supports(int gran, int64_t N);
+cudaError_t quant_fp8_v2(const Fp8Args& a, cudaStream_t s);
 
 // ---------------------------------------------------------------- 128x4 scale swizzle
 cudaError_t quant_swizzle_v1(const uint8_t* sf, int64_t rows, int64_t cols, uint8_t* out, cudaStream_t s);
