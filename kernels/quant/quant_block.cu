@@ -16,12 +16,15 @@
 //                   64x64 tile staged in shared memory through 16-byte loads; one thread per
 //                   16-element block in each direction (256 threads: 64 rows x 4 blocks rowwise,
 //                   64 columns x 4 blocks columnwise); 16x16 tile amaxes through shared memory;
+//                   rowwise block amax on bf16 pairs (HMNMX2), E2M1 codes by integer rounding of
+//                   the fp32 bits (the kernel is ALU-bound, not memory-bound, on these);
 //                   (3) dequantize: one thread per element.
 //   quant_mx_v1     the same tile kernel with 32-element blocks: a block is two threads (rowwise:
 //                   adjacent lanes, __shfl_xor; columnwise: a shared-memory exchange); UE8M0
 //                   floor (OCP spec, NaN-propagating amax) or RCEIL (TE, fmaxf amax) scales.
 // Arithmetic: kernels/quant/quant_math.h (TE quantize_transpose_nvfp4.cuh / core_nvfp4.cuh /
 // dequantize_nvfp4.cuh; TE quantize_mxfp8.cuh for RCEIL; the OCP MX reference for floor).
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include "kernels/quant/quant_kernels.h"
@@ -47,6 +50,12 @@ struct TileArgs {
   bool vec_in, vec_row_out, vec_col_out;
 };
 
+__device__ __forceinline__ __nv_bfloat162 bits_bf162(uint32_t u) {
+  __nv_bfloat162 r;
+  memcpy(&r, &u, 4);
+  return r;
+}
+
 __device__ __forceinline__ void unpack8(uint4 w, float* v) {
   const uint32_t u[4] = {w.x, w.y, w.z, w.w};
 #pragma unroll
@@ -56,40 +65,43 @@ __device__ __forceinline__ void unpack8(uint4 w, float* v) {
   }
 }
 
-// Writes 16 codes of one block: q[row][col0 .. col0+15] and the 8 packed bytes (cols clipped).
+// Writes 16 codes (0..15 each) of one block: q[row][col0 .. col0+15] and the 8 packed bytes
+// (cols clipped; padding codes are 0, as the packed rows are padded with code 0).
 __device__ __forceinline__ void write_block(uint8_t* q, uint8_t* packed, int64_t row, int64_t col0, int64_t ncols,
-                                            uint8_t (&c)[16], bool vec) {
+                                            uint32_t (&c)[16], bool vec) {
+  if (col0 + 16 > ncols) {
 #pragma unroll
-  for (int i = 0; i < 16; ++i)
-    if (col0 + i >= ncols) c[i] = 0;  // padding codes are 0 (packed rows padded with code 0)
+    for (int i = 0; i < 16; ++i)
+      if (col0 + i >= ncols) c[i] = 0;
+  }
   if (q) {
     uint8_t* p = q + row * ncols + col0;
     if (vec) {
       uint4 w;
-      w.x = c[0] | (c[1] << 8) | (c[2] << 16) | (static_cast<uint32_t>(c[3]) << 24);
-      w.y = c[4] | (c[5] << 8) | (c[6] << 16) | (static_cast<uint32_t>(c[7]) << 24);
-      w.z = c[8] | (c[9] << 8) | (c[10] << 16) | (static_cast<uint32_t>(c[11]) << 24);
-      w.w = c[12] | (c[13] << 8) | (c[14] << 16) | (static_cast<uint32_t>(c[15]) << 24);
+      w.x = c[0] | (c[1] << 8) | (c[2] << 16) | (c[3] << 24);
+      w.y = c[4] | (c[5] << 8) | (c[6] << 16) | (c[7] << 24);
+      w.z = c[8] | (c[9] << 8) | (c[10] << 16) | (c[11] << 24);
+      w.w = c[12] | (c[13] << 8) | (c[14] << 16) | (c[15] << 24);
       *reinterpret_cast<uint4*>(p) = w;
     } else {
       for (int i = 0; i < 16; ++i)
-        if (col0 + i < ncols) p[i] = c[i];
+        if (col0 + i < ncols) p[i] = static_cast<uint8_t>(c[i]);
     }
   }
   if (packed) {
     const int64_t pc = (ncols + 1) / 2;
-    uint8_t b[8];
+    // element 2k in the low nibble of byte k
+    uint32_t w0 = 0, w1 = 0;
 #pragma unroll
-    for (int j = 0; j < 8; ++j) b[j] = static_cast<uint8_t>((c[2 * j] & 0xF) | ((c[2 * j + 1] & 0xF) << 4));
+    for (int i = 0; i < 8; ++i) w0 |= c[i] << (4 * i);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) w1 |= c[8 + i] << (4 * i);
     uint8_t* p = packed + row * pc + col0 / 2;
     if (vec) {
-      uint2 w;
-      w.x = b[0] | (b[1] << 8) | (b[2] << 16) | (static_cast<uint32_t>(b[3]) << 24);
-      w.y = b[4] | (b[5] << 8) | (b[6] << 16) | (static_cast<uint32_t>(b[7]) << 24);
-      *reinterpret_cast<uint2*>(p) = w;
+      *reinterpret_cast<uint2*>(p) = make_uint2(w0, w1);
     } else {
       for (int j = 0; j < 8; ++j)
-        if (col0 / 2 + j < pc) p[j] = b[j];
+        if (col0 / 2 + j < pc) p[j] = static_cast<uint8_t>(((j < 4 ? w0 : w1) >> (8 * (j & 3))) & 0xFFu);
     }
   }
 }
@@ -100,15 +112,33 @@ __device__ __forceinline__ float combine(float a, float b, bool rceil) {
   return qm_fmax(a, b);                               // TE: fmaxf, NaN dropped
 }
 
+// The amax of 16 bf16 values held as 8 words, two at a time: |x| by clearing both sign bits,
+// then a bf16x2 max (HMNMX2; bf16 -> fp32 is exact, so this is the fp32 max of the same values).
+// __hmax2 drops a NaN operand like fmaxf; __hmax2_nan propagates it like torch.amax (MX floor).
+template <int FMT>
+__device__ __forceinline__ float block_amax(uint4 w0, uint4 w1, bool rceil) {
+  const uint32_t u[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+  const bool nanprop = FMT == kMx && !rceil;
+  __nv_bfloat162 m = bits_bf162(u[0] & 0x7FFF7FFFu);
+#pragma unroll
+  for (int k = 1; k < 8; ++k) {
+    const __nv_bfloat162 x = bits_bf162(u[k] & 0x7FFF7FFFu);
+    m = nanprop ? __hmax2_nan(m, x) : __hmax2(m, x);
+  }
+  const float lo = __low2float(m), hi = __high2float(m);
+  // starting from 0 as the scalar loop did: max(0, |x|...) = max(|x|...) unless all are NaN
+  return combine<FMT>(combine<FMT>(0.0f, lo, rceil), hi, rceil);
+}
+
 // Quantizes one 16-element block given its (block or tile) amax: codes and the scale code.
 template <int FMT>
 __device__ __forceinline__ uint8_t quant16(const float* v, float ab, const TileArgs& a, const Nvfp4Global& g,
-                                           uint8_t (&c)[16]) {
+                                           uint32_t (&c)[16]) {
   if (FMT == kNvfp4) {
     const uint8_t qs = nvfp4_scale_code(ab, g);
     const float r = nvfp4_encode_mult(qs, g);
 #pragma unroll
-    for (int i = 0; i < 16; ++i) c[i] = nvfp4_encode(v[i], r);
+    for (int i = 0; i < 16; ++i) c[i] = e2m1_code(qm_mul(v[i], r));
     return qs;
   } else {
     const uint8_t e = a.rceil ? ue8m0_rceil(qm_mul(ab, a.max_rcp)) : ue8m0_floor(ab, mx_emax(a.elem));
@@ -157,12 +187,12 @@ __global__ void __launch_bounds__(kThreads) quant_tile_kernel(TileArgs a) {
   if (a.row || two_d) {
     const int rr = t >> 2, seg = t & 3;
     const int64_t gr = r0 + rr, gc = c0 + seg * 16;
+    const uint4 w0 = *reinterpret_cast<const uint4*>(&xs[rr * kPad + seg * 16]);
+    const uint4 w1 = *reinterpret_cast<const uint4*>(&xs[rr * kPad + seg * 16 + 8]);
     float v[16];
-    unpack8(*reinterpret_cast<const uint4*>(&xs[rr * kPad + seg * 16]), v);
-    unpack8(*reinterpret_cast<const uint4*>(&xs[rr * kPad + seg * 16 + 8]), v + 8);
-    float pa = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 16; ++i) pa = combine<FMT>(pa, qm_abs(v[i]), a.rceil);
+    unpack8(w0, v);
+    unpack8(w1, v + 8);
+    const float pa = block_amax<FMT>(w0, w1, a.rceil);
     if (two_d) {
       part[rr][seg] = pa;
       __syncthreads();
@@ -179,7 +209,7 @@ __global__ void __launch_bounds__(kThreads) quant_tile_kernel(TileArgs a) {
       if (FMT == kMx) ab = combine<FMT>(pa, __shfl_xor_sync(0xffffffffu, pa, 1), a.rceil);
       if (two_d) ab = tile_amax[rr >> 4][seg];
       if (gr < M && gc < N) {
-        uint8_t c[16];
+        uint32_t c[16];
         const uint8_t sc = quant16<FMT>(v, ab, a, g_row, c);
         if (FMT == kNvfp4) {
           a.scale_row[gr * ((N + 15) / 16) + gc / 16] = sc;
@@ -209,7 +239,7 @@ __global__ void __launch_bounds__(kThreads) quant_tile_kernel(TileArgs a) {
     }
     if (two_d) ab = tile_amax[seg][cc >> 4];
     if (gcx < N && gm < M) {
-      uint8_t c[16];
+      uint32_t c[16];
       const uint8_t sc = quant16<FMT>(v, ab, a, g_col, c);
       if (FMT == kNvfp4) {
         a.scale_col[gcx * ((M + 15) / 16) + gm / 16] = sc;
