@@ -1,9 +1,9 @@
 // The quant kernels' scalar arithmetic (kernels/quant/quant_math.h), compiled for the host, against
 // the oracle's independent codecs (reference/core/dtype.h: exact fp64 RNE). The device build uses
 // the same source; only qm_* (one IEEE rounding each, on both sides) differ by spelling.
+#include <bit>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -15,16 +15,8 @@ using namespace assay;
 namespace qm = assay::kernels::quant;
 
 namespace {
-float from_bits(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-uint32_t bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
+float from_bits(uint32_t u) { return std::bit_cast<float>(u); }
+uint32_t bits(float f) { return std::bit_cast<uint32_t>(f); }
 // The oracle's E2M1 code for a non-NaN fp32 (RNE from the exact value, saturating to +-6).
 uint32_t oracle_e2m1(float y) { return static_cast<uint32_t>(encode(DType::e2m1, y, Overflow::satfinite)); }
 }  // namespace
