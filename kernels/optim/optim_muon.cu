@@ -17,11 +17,16 @@
 //   spectral extra sqrt(max(M, K)), unit_rms_norm sqrt(M/K).
 // The bf16 GEMMs make Muon tolerance-based (cuBLAS picks the algorithm and accumulation order);
 // cuBLAS is run-to-run deterministic on one GPU, so repeated runs are bitwise identical.
+// cuBLAS is opened at the first Muon launch (dlopen of libcublas.so.<CUBLAS_VER_MAJOR>, then the
+// toolkit's lib64 as a fallback): assay starts, and every other kernel runs, where it is missing;
+// a Muon launch there fails with the loader's message.
 #include <cublas_v2.h>
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <type_traits>
 
 #include "kernels/optim/optim_device.h"
 #include "kernels/optim/optim_kernels.h"
@@ -126,6 +131,42 @@ const char* cublas_name(cublasStatus_t s) {
   }
 }
 
+struct CublasApi {
+  decltype(&cublasCreate_v2) create = nullptr;
+  decltype(&cublasDestroy_v2) destroy = nullptr;
+  decltype(&cublasSetStream_v2) set_stream = nullptr;
+  // the exported C entry point (the header adds a C++ overload taking a cudaDataType compute type)
+  cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*,
+                            const void*, cudaDataType, int, const void*, cudaDataType, int, const void*, void*,
+                            cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t) = nullptr;
+  std::string error;  // non-empty: cuBLAS is unusable, and why
+};
+const CublasApi& cublas_api() {
+  static const CublasApi api = [] {
+    CublasApi r;
+    const std::string so = "libcublas.so." + std::to_string(CUBLAS_VER_MAJOR);
+    void* lib = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
+    std::string why = lib ? "" : std::string(dlerror());
+#ifdef ASSAY_CUDA_LIBRARY_DIR
+    if (!lib) lib = dlopen((std::string(ASSAY_CUDA_LIBRARY_DIR) + "/" + so).c_str(), RTLD_NOW | RTLD_LOCAL);
+#endif
+    if (!lib) {
+      r.error = "cannot load " + so + " (cuBLAS, for Muon's Newton-Schulz GEMMs): " + why;
+      return r;
+    }
+    auto sym = [&](auto& fn, const char* name) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, name));
+      if (!fn && r.error.empty()) r.error = so + " lacks " + name;
+    };
+    sym(r.create, "cublasCreate_v2");
+    sym(r.destroy, "cublasDestroy_v2");
+    sym(r.set_stream, "cublasSetStream_v2");
+    sym(r.gemm_ex, "cublasGemmEx");
+    return r;
+  }();
+  return api;
+}
+
 // Row-major Y[R1 x C2] = P[R1 x J] * Q[J x C2] (bf16 in / out, fp32 accumulation). In cuBLAS's
 // column-major terms Y^T = Q^T P^T, and a row-major buffer is its transpose column-major:
 // gemm(op_q, op_p, m = C2, n = R1, k = J, A = Q, B = P). transQ: Q's buffer holds Q^T (row-major
@@ -133,7 +174,7 @@ const char* cublas_name(cublasStatus_t s) {
 cublasStatus_t gemm_rm(cublasHandle_t h, int64_t R1, int64_t C2, int64_t J, const uint16_t* P, const uint16_t* Q,
                        bool transQ, uint16_t* Y) {
   const float one = 1.0f, zero = 0.0f;
-  return cublasGemmEx(h, transQ ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(C2), static_cast<int>(R1),
+  return cublas_api().gemm_ex(h, transQ ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(C2), static_cast<int>(R1),
                       static_cast<int>(J), &one, Q, CUDA_R_16BF, static_cast<int>(transQ ? J : C2), P, CUDA_R_16BF,
                       static_cast<int>(J), &zero, Y, CUDA_R_16BF, static_cast<int>(C2), CUBLAS_COMPUTE_32F,
                       CUBLAS_GEMM_DEFAULT);
@@ -201,7 +242,9 @@ std::string muon_step(const MuonConfig& c, int64_t M, int64_t K, const float* g,
     muon_normalize_kernel<<<blocks_for(n), kThreads, 0, stream>>>(X, n, sumsq, static_cast<float>(c.norm_eps));
     cuda_ok("normalize");
   }
-  if (err.empty() && blas_ok(cublasCreate(&h), "cublasCreate") && blas_ok(cublasSetStream(h, stream), "cublasSetStream")) {
+  const CublasApi& blas = cublas_api();
+  if (err.empty() && !blas.error.empty()) err = "muon: " + blas.error;
+  if (err.empty() && blas_ok(blas.create(&h), "cublasCreate") && blas_ok(blas.set_stream(h, stream), "cublasSetStream")) {
     for (int i = 0; i < c.ns_steps && err.empty(); ++i) {
       double a, b, cc;
       ns_coeffs(c.coeffs, i, a, b, cc);
@@ -223,7 +266,7 @@ std::string muon_step(const MuonConfig& c, int64_t M, int64_t K, const float* g,
     muon_final_kernel<<<blocks_for(n), kThreads, 0, stream>>>(M, K, tall, X, sc, dm, nlr, p_in, p_out, update_out);
     cuda_ok("update");
   }
-  if (h) blas_ok(cublasDestroy(h), "cublasDestroy");
+  if (h) blas_ok(blas.destroy(h), "cublasDestroy");
   if (cudaError_t e = cudaFreeAsync(base, stream); e != cudaSuccess && err.empty())
     err = std::string("muon: cudaFreeAsync: ") + cudaGetErrorString(e);
   return err;
