@@ -2,13 +2,15 @@
 //
 //   quant_nvfp4_v1    recipe "nvfp4" (TE arithmetic): 1x16 or 16x16 (block_2d), rowwise and/or
 //                     columnwise, amax overrides (amax_row / amax_col). Refuses torchao (ao), RHT, SR.
+//   quant_nvfp4_recipes_v1  recipe "nvfp4", 1x16 only: TE round-to-nearest or SR (rbits_row /
+//                     rbits_col), RHT of the columnwise operand (rht, rht_sign_mask), torchao (ao,
+//                     ao_two_level, ao_cuda_div), amax overrides.
 //   quant_mx_v1       recipe "mx": elem e4m3 / e5m2 / e2m1, rule floor / rceil, both directions.
 //   quant_fp8_v1      recipe "fp8": e4m3 / e5m2, sat / nonsat, gran tensor / channel / 1x128 /
 //                     128x128, scale te / deepgemm, pow2, amax override (tensor), epsilon.
 //   quant_fp8_v2      the same recipe for gran 1x128 / 128x128 with N % 4 == 0 (vectorized).
 //   quant_swizzle_v1  recipe "swizzle": the 128x4 scale-factor layout.
-// Outside these kernels (refused with a reason): fake_quant, the block-scaled gemm, torchao NVFP4, NVFP4
-// RHT and stochastic rounding. Inputs must be bf16 (x) / u8 (sf). Case fields and defaults follow
+// Outside these kernels (refused with a reason): fake_quant and the block-scaled gemm. Inputs must be bf16 (x) / u8 (sf). Case fields and defaults follow
 // fixtures/quant.cpp.
 #include <cuda_runtime.h>
 
@@ -59,24 +61,32 @@ T* out_ptr(LaunchContext& c, const char* n) {
 }
 
 // ------------------------------------------------------------------------------- NVFP4
-KernelDef make_nvfp4_v1() {
+// recipes = false: quant_nvfp4_v1 (the 64x64 tile kernel: TE round-to-nearest, 1x16 or 16x16).
+// recipes = true: quant_nvfp4_recipes_v1 (block per thread: TE RN / SR, RHT columnwise, torchao;
+// no 16x16 blocks).
+KernelDef make_nvfp4(bool recipes) {
   KernelDef d;
   d.op = "quant";
-  d.name = "quant_nvfp4_v1";
-  d.description =
-      "NVFP4 (TE arithmetic) 1x16 / 16x16 quantize, rowwise + columnwise from one 64x64 smem tile, "
-      "deterministic integer-max amax, TE dequantize";
+  d.name = recipes ? "quant_nvfp4_recipes_v1" : "quant_nvfp4_v1";
+  d.description = recipes ? "NVFP4 one thread per 16-element block from global memory: TE (round-to-nearest, or "
+                            "stochastic rounding from given random bytes), RHT of the columnwise operand (exact "
+                            "sum, bf16), torchao two-level / single-level; 1x16 blocks only"
+                          : "NVFP4 (TE arithmetic) 1x16 / 16x16 quantize, rowwise + columnwise from one 64x64 smem "
+                            "tile, deterministic integer-max amax, TE dequantize";
   d.deterministic = true;
-  d.can_implement = [](const Golden& g) -> Support {
+  d.can_implement = [recipes](const Golden& g) -> Support {
     const auto p = CaseParams::parse(g.prov.case_toml);
     const std::string recipe = p.get_string("recipe", "nvfp4");
+    const std::string self = recipes ? "quant_nvfp4_recipes_v1" : "quant_nvfp4_v1";
     if (recipe != "nvfp4") return no("recipe '" + recipe + "' is not NVFP4");
-    if (p.get_int("ao", 0)) return no("torchao NVFP4 recipe (A3.7) is outside this kernel");
-    if (p.get_int("rht", 0)) return no("NVFP4 with the random Hadamard transform is outside this kernel");
-    if (p.get_int("sr", 0)) return no("NVFP4 stochastic rounding is outside this kernel");
+    const bool ao = p.get_int("ao", 0) != 0, rht = p.get_int("rht", 0) != 0, sr = p.get_int("sr", 0) != 0;
+    if (!recipes && (ao || rht || sr))
+      return no("torchao, RHT and stochastic rounding are quant_nvfp4_recipes_v1's (the tile kernel is TE RN)");
+    if (recipes && p.get_int("block_2d", 0)) return no("16x16 blocks are quant_nvfp4_v1's");
     if (auto s = x_bf16(g); !s.ok) return s;
     const Shape& xs = g.input("x")->shape;
-    if ((xs[0] + 63) / 64 > 65535) return no("M too large for the tile grid (M <= 4194240)");
+    if (!recipes && (xs[0] + 63) / 64 > 65535) return no("M too large for the tile grid (M <= 4194240)");
+    if (recipes && rht && xs[0] % 16 != 0) return no("RHT needs M % 16 == 0");
     const bool row = p.get_int("rowwise", 1) != 0, col = p.get_int("columnwise", 0) != 0;
     std::set<std::string> known;
     for (const auto& [on, dir] : {std::pair{row, std::string("_row")}, std::pair{col, std::string("_col")}}) {
@@ -88,12 +98,17 @@ KernelDef make_nvfp4_v1() {
         if (auto s = need_output(g, nm, dt); !s.ok) return s;
         known.insert(nm);
       }
+      if (sr) {
+        const Tensor* rb = g.input("rbits" + dir);
+        if (!rb || rb->dtype != DType::u8 || rb->size() != xs[0] * xs[1])
+          return no("SR needs the u8 input rbits" + dir + " with one byte per element");
+      }
     }
-    return outputs_known(g, known, "quant_nvfp4_v1");
+    return outputs_known(g, known, self);
   };
-  d.launch = [](LaunchContext& c) -> std::string {
+  d.launch = [recipes](LaunchContext& c) -> std::string {
     const DevTensor* x = c.input("x");
-    if (!x) return "quant_nvfp4_v1: no input x";
+    if (!x) return "quant_nvfp4: no input x";
     Nvfp4Args a;
     a.x = static_cast<const uint16_t*>(x->data);
     a.M = x->shape[0];
@@ -117,7 +132,19 @@ KernelDef make_nvfp4_v1() {
     a.amax_row_value = static_cast<float>(c.params.get_double("amax_row", 0.0));
     a.amax_col_given = c.params.has("amax_col");
     a.amax_col_value = static_cast<float>(c.params.get_double("amax_col", 0.0));
-    return cuda_result("quant_nvfp4_v1", quant_nvfp4_v1(a, static_cast<cudaStream_t>(c.stream)));
+    const auto st = static_cast<cudaStream_t>(c.stream);
+    if (!recipes) return cuda_result("quant_nvfp4_v1", quant_nvfp4_v1(a, st));
+    a.rht = c.params.get_int("rht", 0) != 0;
+    a.rht_sign_mask = static_cast<uint16_t>(c.params.get_int("rht_sign_mask", 0xD7E8));
+    if (c.params.get_int("sr", 0) != 0) {
+      const DevTensor *rr = c.input("rbits_row"), *rc = c.input("rbits_col");
+      a.rbits_row = rr ? static_cast<const uint8_t*>(rr->data) : nullptr;
+      a.rbits_col = rc ? static_cast<const uint8_t*>(rc->data) : nullptr;
+    }
+    a.ao = c.params.get_int("ao", 0) != 0;
+    a.ao_two_level = c.params.get_int("ao_two_level", 1) != 0;
+    a.ao_cuda_div = c.params.get_int("ao_cuda_div", 1) != 0;
+    return cuda_result("quant_nvfp4_recipes_v1", quant_nvfp4_recipes_v1(a, st));
   };
   return d;
 }
@@ -282,7 +309,8 @@ KernelDef make_swizzle_v1() {
 }
 
 }  // namespace
-ASSAY_REGISTER_KERNEL(make_nvfp4_v1());
+ASSAY_REGISTER_KERNEL(make_nvfp4(false));
+ASSAY_REGISTER_KERNEL(make_nvfp4(true));
 ASSAY_REGISTER_KERNEL(make_mx_v1());
 ASSAY_REGISTER_KERNEL(make_fp8(1));
 ASSAY_REGISTER_KERNEL(make_fp8(2));

@@ -35,8 +35,18 @@ struct Nvfp4Args {
   float amax_row_value = 0, amax_col_value = 0;
   // false: amax_row / amax_col already hold the amax (benchmark of the cast alone).
   bool compute_amax = true;
+  // quant_nvfp4_recipes_v1 only (quant_nvfp4_v1 ignores them):
+  bool rht = false;                  // RHT of the columnwise operand (M % 16 == 0)
+  uint16_t rht_sign_mask = 0xD7E8;   // bit i set <=> sign s_i = -1
+  const uint8_t* rbits_row = nullptr;  // [M, N] u8: stochastic rounding, one random byte per element
+  const uint8_t* rbits_col = nullptr;  // [N, M] u8
+  bool ao = false;                   // torchao recipe (A3.7) instead of TE
+  bool ao_two_level = true, ao_cuda_div = true;
 };
 cudaError_t quant_nvfp4_v1(const Nvfp4Args& a, cudaStream_t s);
+// One thread per 16-element block straight from global memory: every NVFP4 recipe of the oracle
+// but 2D blocks (TE round-to-nearest or SR, RHT of the columnwise operand, torchao).
+cudaError_t quant_nvfp4_recipes_v1(const Nvfp4Args& a, cudaStream_t s);
 
 // ---------------------------------------------------------------- MX (MXFP8 E4M3 / E5M2, MXFP4)
 struct MxArgs {

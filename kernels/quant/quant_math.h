@@ -18,6 +18,7 @@
 //   FP8 scales           TE compute_scale_from_amax (recipe_common.cuh) or DeepGEMM
 //                        per_token/per_block_cast_to_fp8 (deep_gemm/utils/math.py)      (A7)
 #pragma once
+#include <cmath>
 #include <cstdint>
 
 #include <cuda_fp8.h>
@@ -127,6 +128,25 @@ QM_HD uint32_t e2m1_code(float y) {
   return i | ((u >> 28) & 8u);
 }
 QM_HD uint8_t e2m1_encode(float y) { return static_cast<uint8_t>(e2m1_code(y)); }
+
+// E2M1 stochastic rounding with an explicit random byte (TE's software emulation of cvt.rs, A3.5):
+// u = rb / 256; step = the grid step at |y| (0.5 below 2, 1 below 4, else 2); t = fma(u, step,
+// |y|) (one rounding); q = floor(t / step(t)) * step(t), saturated at 6; NaN -> +6.
+QM_HD float e2m1_sr_step(float v) { return v < 2.0f ? 0.5f : (v < 4.0f ? 1.0f : 2.0f); }
+QM_HD uint32_t e2m1_sr_code(float y, uint8_t rb) {
+  if (qm_isnan(y)) return 7u;
+  const float a = qm_abs(y);
+  const float u = qm_mul(static_cast<float>(rb), 0.00390625f);  // exact
+#if defined(__CUDA_ARCH__)
+  const float t = __fmaf_rn(u, e2m1_sr_step(a), a);
+#else
+  const float t = __builtin_fmaf(u, e2m1_sr_step(a), a);
+#endif
+  const float st = e2m1_sr_step(t);
+  float q = qm_mul(floorf(qm_div(t, st)), st);  // division and product by a power of two: exact
+  q = qm_fmin(q, 6.0f);
+  return e2m1_code(q) | ((f2u(y) >> 28) & 8u);
+}
 
 QM_HD float e2m1_decode(uint8_t c) {
   // magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6 as (m + 2) * 2^(e - 2) style bit construction

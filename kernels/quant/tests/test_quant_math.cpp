@@ -10,6 +10,7 @@
 #include "catch_compat.h"
 #include "kernels/quant/quant_math.h"
 #include "reference/core/dtype.h"
+#include "reference/quant/quant.h"
 
 using namespace assay;
 namespace qm = assay::kernels::quant;
@@ -61,4 +62,26 @@ TEST_CASE("kernel E2M1 decode inverts the encode on all 16 codes", "[cpu][L0]") 
     CHECK(static_cast<double>(v) == decode(DType::e2m1, c));
     CHECK(qm::e2m1_code(v) == c);
   }
+}
+
+TEST_CASE("kernel E2M1 stochastic rounding matches the oracle's independent form for every random byte", "[cpu][L0]") {
+  // Every grid step region, its edges and the saturation edge, both signs, each with all 256 bytes.
+  std::vector<float> ys;
+  for (float p : {0.0f, 0.1f, 0.25f, 0.5f, 0.7f, 1.0f, 1.4f, 1.5f, 1.99f, 2.0f, 2.3f, 3.0f, 3.99f, 4.0f, 5.0f, 5.9f,
+                  6.0f, 7.0f, 1e30f, INFINITY})
+    for (int d = -3; d <= 3; ++d) {
+      const float y = from_bits(static_cast<uint32_t>(static_cast<int64_t>(bits(p)) + d));
+      if (!std::isnan(y) && y >= 0) ys.push_back(y), ys.push_back(-y);
+    }
+  for (uint32_t u = 0x3E000000u; u < 0x40E00000u; u += 997) ys.push_back(from_bits(u));  // 0.125 .. 7
+  int64_t bad = 0;
+  for (float y : ys)
+    for (int rb = 0; rb < 256; ++rb)
+      if (qm::e2m1_sr_code(y, static_cast<uint8_t>(rb)) != assay::quant::ref::e2m1_sr_ref(y, static_cast<uint8_t>(rb)) &&
+          bad++ == 0)
+        FAIL_CHECK("y = " << y << " rb = " << rb << ": kernel " << qm::e2m1_sr_code(y, static_cast<uint8_t>(rb))
+                          << " oracle " << int(assay::quant::ref::e2m1_sr_ref(y, static_cast<uint8_t>(rb))));
+  CHECK(ys.size() > 30000);
+  CHECK(bad == 0);
+  CHECK(qm::e2m1_sr_code(std::numeric_limits<float>::quiet_NaN(), 0) == 7u);
 }
