@@ -10,7 +10,8 @@
 //                     128x128, scale te / deepgemm, pow2, amax override (tensor), epsilon.
 //   quant_fp8_v2      the same recipe for gran 1x128 / 128x128 with N % 4 == 0 (vectorized).
 //   quant_swizzle_v1  recipe "swizzle": the 128x4 scale-factor layout.
-// Outside these kernels (refused with a reason): fake_quant and the block-scaled gemm. Inputs must be bf16 (x) / u8 (sf). Case fields and defaults follow
+//   quant_fake_quant_v1  recipe "fake_quant": the fp8 fields (tensor / channel) + clipped_ste.
+//   quant_gemm_v1     recipe "gemm": operands nvfp4 / mxfp8 / mxfp4 / deepseek / int, alpha. Inputs must be bf16 (x) / u8 (sf). Case fields and defaults follow
 // fixtures/quant.cpp.
 #include <cuda_runtime.h>
 
@@ -215,6 +216,23 @@ int fp8_gran(const std::string& s) {
   return s == "tensor" ? 0 : s == "channel" ? 1 : s == "1x128" ? 2 : s == "128x128" ? 3 : -1;
 }
 
+// The FP8 quantization settings of a case (recipe "fp8" or "fake_quant"), as quant_fp8_v1 reads them.
+Fp8Args fp8_args(const CaseParams& p, const DevTensor* x) {
+  Fp8Args a;
+  a.x = static_cast<const uint16_t*>(x->data);
+  a.M = x->shape[0];
+  a.N = x->shape[1];
+  a.elem = p.get_string("elem", "e4m3") == "e5m2" ? 1 : 0;
+  a.satfinite = p.get_string("overflow", "sat") == "sat";
+  a.gran = fp8_gran(p.get_string("gran", "tensor"));
+  a.deepgemm = p.get_string("scale", "te") == "deepgemm";
+  a.pow2 = p.get_int("pow2", 0) != 0;
+  a.epsilon = static_cast<float>(p.get_double("epsilon", 0.0));
+  a.amax_given = a.gran == 0 && p.has("amax");
+  a.amax_value = static_cast<float>(p.get_double("amax", 0.0));
+  return a;
+}
+
 // v1: every granularity (the readable baseline); v2: DeepSeek 1x128 / 128x128 with N % 4 == 0,
 // x read once with 8-byte lanes.
 KernelDef make_fp8(int version) {
@@ -255,18 +273,7 @@ KernelDef make_fp8(int version) {
   d.launch = [version](LaunchContext& c) -> std::string {
     const DevTensor* x = c.input("x");
     if (!x) return "quant_fp8: no input x";
-    Fp8Args a;
-    a.x = static_cast<const uint16_t*>(x->data);
-    a.M = x->shape[0];
-    a.N = x->shape[1];
-    a.elem = c.params.get_string("elem", "e4m3") == "e5m2" ? 1 : 0;
-    a.satfinite = c.params.get_string("overflow", "sat") == "sat";
-    a.gran = fp8_gran(c.params.get_string("gran", "tensor"));
-    a.deepgemm = c.params.get_string("scale", "te") == "deepgemm";
-    a.pow2 = c.params.get_int("pow2", 0) != 0;
-    a.epsilon = static_cast<float>(c.params.get_double("epsilon", 0.0));
-    a.amax_given = a.gran == 0 && c.params.has("amax");
-    a.amax_value = static_cast<float>(c.params.get_double("amax", 0.0));
+    Fp8Args a = fp8_args(c.params, x);
     a.q = out_ptr<uint8_t>(c, "q");
     a.scale_inv = out_ptr<float>(c, "scale_inv");
     a.scale = out_ptr<float>(c, "scale");
@@ -274,6 +281,111 @@ KernelDef make_fp8(int version) {
     a.xhat = out_ptr<float>(c, "xhat");
     const auto st = static_cast<cudaStream_t>(c.stream);
     return version == 1 ? cuda_result("quant_fp8_v1", quant_fp8_v1(a, st)) : cuda_result("quant_fp8_v2", quant_fp8_v2(a, st));
+  };
+  return d;
+}
+
+// ------------------------------------------------------------------------------- fake quant
+KernelDef make_fake_quant_v1() {
+  KernelDef d;
+  d.op = "quant";
+  d.name = "quant_fake_quant_v1";
+  d.description = "FP8 QAT fake-quant per tensor / per channel: quant_fp8_v1 into scratch, then y = fl(decode(q) * "
+                  "scale_inv) and the (clipped) straight-through gradient";
+  d.deterministic = true;
+  d.can_implement = [](const Golden& g) -> Support {
+    const auto p = CaseParams::parse(g.prov.case_toml);
+    const std::string recipe = p.get_string("recipe", "nvfp4");
+    if (recipe != "fake_quant") return no("recipe '" + recipe + "' is not fake_quant");
+    const std::string el = p.get_string("elem", "e4m3"), gr = p.get_string("gran", "tensor");
+    const std::string ov = p.get_string("overflow", "sat"), sc = p.get_string("scale", "te");
+    if (el != "e4m3" && el != "e5m2") return no("FP8 element '" + el + "' not supported");
+    if (gr != "tensor" && gr != "channel") return no("fake-quant granularity is tensor or channel");
+    if (ov != "sat" && ov != "nonsat") return no("FP8 overflow '" + ov + "' not supported");
+    if (sc != "te" && sc != "deepgemm") return no("FP8 scale recipe '" + sc + "' is outside this kernel");
+    if (auto s = x_bf16(g); !s.ok) return s;
+    const Tensor* dy = g.input("dy");
+    if (!dy || dy->dtype != DType::f32 || dy->size() != g.input("x")->size()) return no("the case lacks dy [M, N] f32");
+    if (g.input("x")->shape[0] > 65535 && gr == "channel") return no("too many rows for the grid (<= 65535)");
+    for (const char* n : {"y", "dx"})
+      if (auto s = need_output(g, n, DType::f32); !s.ok) return s;
+    return outputs_known(g, {"y", "dx"}, "quant_fake_quant_v1");
+  };
+  d.launch = [](LaunchContext& c) -> std::string {
+    const DevTensor *x = c.input("x"), *dy = c.input("dy");
+    if (!x || !dy) return "quant_fake_quant_v1: missing inputs";
+    FakeQuantArgs a;
+    a.q = fp8_args(c.params, x);
+    a.dy = static_cast<const float*>(dy->data);
+    a.clipped_ste = c.params.get_int("clipped_ste", 0) != 0;
+    a.y = out_ptr<float>(c, "y");
+    a.dx = out_ptr<float>(c, "dx");
+    return cuda_result("quant_fake_quant_v1", quant_fake_quant_v1(a, static_cast<cudaStream_t>(c.stream)));
+  };
+  return d;
+}
+
+// ------------------------------------------------------------------------------- GEMM
+int gemm_v(const std::string& ops) { return ops == "deepseek" ? 128 : (ops == "mxfp8" || ops == "mxfp4") ? 32 : 16; }
+int gemm_elem_type(DType t) { return t == DType::e2m1 ? 0 : t == DType::e4m3 ? 1 : t == DType::e5m2 ? 2 : -1; }
+int gemm_scale_type(DType t) { return t == DType::e4m3 ? 0 : t == DType::ue8m0 ? 1 : t == DType::f32 ? 2 : -1; }
+
+KernelDef make_gemm_v1() {
+  KernelDef d;
+  d.op = "quant";
+  d.name = "quant_gemm_v1";
+  d.description = "block-scaled GEMM (NVFP4, MXFP8/MXFP4, DeepSeek FP8 1x128 x 128x128), one thread per output, "
+                  "fp32 FMA accumulation, fp32 or bf16 output";
+  d.deterministic = true;
+  d.can_implement = [](const Golden& g) -> Support {
+    const auto p = CaseParams::parse(g.prov.case_toml);
+    const std::string recipe = p.get_string("recipe", "nvfp4");
+    if (recipe != "gemm") return no("recipe '" + recipe + "' is not the block-scaled gemm");
+    const std::string ops = p.get_string("operands", "nvfp4");
+    const Tensor *a = g.input("a"), *b = g.input("b"), *sa = g.input("sa"), *sb = g.input("sb");
+    if (!a || !b || !sa || !sb || a->shape.size() != 2 || b->shape.size() != 2 || sa->shape.size() != 2 ||
+        sb->shape.size() != 2)
+      return no("the case lacks 2-D inputs a, b, sa, sb");
+    if (a->dtype != b->dtype || gemm_elem_type(a->dtype) < 0) return no("a and b must share an e2m1 / e4m3 / e5m2 dtype");
+    if (sa->dtype != sb->dtype || gemm_scale_type(sa->dtype) < 0) return no("sa and sb must share an e4m3 / ue8m0 / f32 dtype");
+    const int64_t M = a->shape[0], K = a->shape[1], N = b->shape[0], V = gemm_v(ops), kb = (K + V - 1) / V;
+    if (b->shape[1] != K) return no("a and b disagree on K");
+    if (sa->shape != Shape{M, kb}) return no("sa must be [M, ceil(K/V)]");
+    const bool blk = ops == "deepseek";
+    if (sb->shape != (blk ? Shape{(N + 127) / 128, kb} : Shape{N, kb})) return no("sb has the wrong shape for the operands");
+    if (ops == "nvfp4") {
+      const Tensor* al = g.input("alpha");
+      if (!al || al->dtype != DType::f32 || al->size() != 1) return no("NVFP4 needs the input alpha [1] f32");
+    }
+    const Output* o = g.output("d");
+    if (!o || (o->expected.dtype != DType::f32 && o->expected.dtype != DType::bf16)) return no("output d must be f32 or bf16");
+    if (o->expected.shape != Shape{M, N}) return no("output d must be [M, N]");
+    return outputs_known(g, {"d"}, "quant_gemm_v1");
+  };
+  d.launch = [](LaunchContext& c) -> std::string {
+    const DevTensor *a = c.input("a"), *b = c.input("b"), *sa = c.input("sa"), *sb = c.input("sb"), *dd = c.output("d");
+    if (!a || !b || !sa || !sb || !dd) return "quant_gemm_v1: missing tensors";
+    const std::string ops = c.params.get_string("operands", "nvfp4");
+    GemmArgs g;
+    g.a = static_cast<const uint8_t*>(a->data);
+    g.b = static_cast<const uint8_t*>(b->data);
+    g.sa = sa->data;
+    g.sb = sb->data;
+    g.M = a->shape[0];
+    g.K = a->shape[1];
+    g.N = b->shape[0];
+    g.V = gemm_v(ops);
+    g.elem_type = gemm_elem_type(a->dtype);
+    g.scale_type = gemm_scale_type(sa->dtype);
+    g.sb_block128 = ops == "deepseek";
+    g.alpha = static_cast<float>(c.params.get_double("alpha", 1.0));
+    if (ops == "nvfp4") {
+      const DevTensor* al = c.input("alpha");
+      g.alpha_dev = al ? static_cast<const float*>(al->data) : nullptr;
+    }
+    g.d = dd->data;
+    g.d_bf16 = dd->dtype == DType::bf16;
+    return cuda_result("quant_gemm_v1", quant_gemm_v1(g, static_cast<cudaStream_t>(c.stream)));
   };
   return d;
 }
@@ -315,4 +427,6 @@ ASSAY_REGISTER_KERNEL(make_mx_v1());
 ASSAY_REGISTER_KERNEL(make_fp8(1));
 ASSAY_REGISTER_KERNEL(make_fp8(2));
 ASSAY_REGISTER_KERNEL(make_swizzle_v1());
+ASSAY_REGISTER_KERNEL(make_fake_quant_v1());
+ASSAY_REGISTER_KERNEL(make_gemm_v1());
 }  // namespace assay::kernels

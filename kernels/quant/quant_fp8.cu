@@ -337,6 +337,43 @@ cudaError_t quant_fp8_v2(const Fp8Args& a, cudaStream_t s) {
   return fp8_dequant(k, a.xhat, s);
 }
 
+namespace {
+// Fake-quant forward / backward from the codes and scales quant_fp8_v1 wrote (per tensor: group
+// 0; per channel: group = row).
+__global__ void fake_quant_kernel(Fp8K k, const float* dy, bool clipped, float* y, float* dx) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= k.M * k.N) return;
+  const int64_t g = k.gr == 1 ? i / k.N : 0;
+  y[i] = qm_mul(elem_decode(k.q[i], k.elem), k.scale_inv[g]);
+  const float xs = qm_mul(bf16_to_f32(k.x[i]), k.scale[g]);
+  dx[i] = (!clipped || qm_abs(xs) <= k.maxv) ? dy[i] : 0.0f;  // NaN xs: outside (|NaN| <= max is false)
+}
+}  // namespace
+
+cudaError_t quant_fake_quant_v1(const FakeQuantArgs& a, cudaStream_t s) {
+  if (!a.dy || !a.y || !a.dx || (a.q.gran != 0 && a.q.gran != 1) || a.q.M < 1 || a.q.N < 1) return cudaErrorInvalidValue;
+  const int64_t n = a.q.M * a.q.N, groups = a.q.gran == 0 ? 1 : a.q.M;
+  void* ws = nullptr;
+  if (cudaError_t e = cudaMallocAsync(&ws, static_cast<size_t>(n) + 3 * sizeof(float) * groups + 16, s); e != cudaSuccess)
+    return e;
+  Fp8Args q = a.q;
+  q.amax = static_cast<float*>(ws);
+  q.scale = q.amax + groups;
+  q.scale_inv = q.scale + groups;
+  q.q = reinterpret_cast<uint8_t*>(q.scale_inv + groups);
+  q.xhat = nullptr;
+  cudaError_t err = quant_fp8_v1(q, s);
+  Fp8K k;
+  if (err == cudaSuccess && !fp8_params(q, k)) err = cudaErrorInvalidValue;
+  if (err == cudaSuccess) {
+    const int th = 256;
+    fake_quant_kernel<<<static_cast<unsigned>((n + th - 1) / th), th, 0, s>>>(k, a.dy, a.clipped_ste, a.y, a.dx);
+    err = cudaGetLastError();
+  }
+  const cudaError_t fe = cudaFreeAsync(ws, s);
+  return err != cudaSuccess ? err : fe;
+}
+
 cudaError_t quant_swizzle_v1(const uint8_t* sf, int64_t rows, int64_t cols, uint8_t* out, cudaStream_t s) {
   if (rows < 1 || cols < 1 || !sf || !out) return cudaErrorInvalidValue;
   const int64_t R = (rows + 127) / 128 * 128, C = (cols + 3) / 4 * 4, total = R * C;

@@ -83,6 +83,36 @@ cudaError_t quant_fp8_v1(const Fp8Args& a, cudaStream_t s);
 bool quant_fp8_v2_supports(int gran, int64_t N);
 cudaError_t quant_fp8_v2(const Fp8Args& a, cudaStream_t s);
 
+// QAT fake-quant (FP8 per tensor / per channel): y = fl(decode(q) * scale_inv) (TE dequantize),
+// dx = dy (STE) or, with clipped_ste, 0 where |fl(x * scale)| > the fp8 max. `q` holds the
+// quantization settings (x, M, N, elem, satfinite, gran 0/1, scale recipe, amax override); its
+// output pointers are ignored (scratch is allocated on the stream).
+struct FakeQuantArgs {
+  Fp8Args q;
+  const float* dy = nullptr;  // [M, N] f32
+  bool clipped_ste = false;
+  float *y = nullptr, *dx = nullptr;  // [M, N] f32
+};
+cudaError_t quant_fake_quant_v1(const FakeQuantArgs& a, cudaStream_t s);
+
+// ---------------------------------------------------------------- block-scaled GEMM (A6)
+// d [M, N] = alpha * sum_k (a[m][k] * sa[m][k/V]) * (b[n][k] * sb[n][k/V]); a [M, K], b [N, K]
+// element codes; sb_block128: sb is [ceil(N/128), ceil(K/V)] (DeepSeek 128x128 weight blocks).
+struct GemmArgs {
+  const uint8_t *a = nullptr, *b = nullptr;
+  const void *sa = nullptr, *sb = nullptr;
+  int64_t M = 0, N = 0, K = 0;
+  int V = 16;
+  int elem_type = 0;   // 0 e2m1, 1 e4m3, 2 e5m2
+  int scale_type = 0;  // 0 e4m3 codes, 1 ue8m0 codes, 2 f32 values
+  bool sb_block128 = false;
+  float alpha = 1.0f;
+  const float* alpha_dev = nullptr;  // [1] on the device; overrides alpha
+  void* d = nullptr;
+  bool d_bf16 = false;  // else f32
+};
+cudaError_t quant_gemm_v1(const GemmArgs& g, cudaStream_t s);
+
 // ---------------------------------------------------------------- 128x4 scale swizzle
 cudaError_t quant_swizzle_v1(const uint8_t* sf, int64_t rows, int64_t cols, uint8_t* out, cudaStream_t s);
 
