@@ -196,9 +196,7 @@ int worker_main(const WorkerArgs& a) {
     }
     if (!err.empty()) return fail("launch_error", fmt::format("run {}: {}", r, err), kExitCuda);
     cudaEventRecord(ev1, stream);
-    if (cudaError_t e = cudaStreamSynchronize(stream); e != cudaSuccess)
-      return fail("cuda_error", fmt::format("run {}: {}", r, cuda_msg("after the kernel", e)), kExitCuda);
-    // Also wait for work a kernel put on streams other than ctx.stream before reading outputs.
+    // The whole device: a kernel may also have put work on streams other than ctx.stream.
     if (cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess)
       return fail("cuda_error", fmt::format("run {}: {}", r, cuda_msg("after the kernel", e)), kExitCuda);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess)

@@ -284,6 +284,15 @@ __global__ void amax_finalize_kernel(const float* acc, float* amax_row, float* a
   if (amax_col) *amax_col = col_given ? col_v : A;
 }
 
+// The code of element (r, c) of a [rows, cols] output: from the packed bytes (E2M1, element 2k in
+// the low nibble of byte k) when written, else from q.
+__device__ __forceinline__ uint8_t stored_code(const uint8_t* q, const uint8_t* packed, int64_t r, int64_t c,
+                                               int64_t cols) {
+  if (!packed) return q[r * cols + c];
+  const uint8_t b = packed[r * ((cols + 1) / 2) + c / 2];
+  return (c & 1) ? static_cast<uint8_t>(b >> 4) : static_cast<uint8_t>(b & 0xF);
+}
+
 // ---- dequantize: one thread per element; codes from packed (E2M1) or q.
 template <int FMT>
 __global__ void dequant_kernel(const uint8_t* q, const uint8_t* packed, const uint8_t* scale, const float* amax,
@@ -291,13 +300,7 @@ __global__ void dequant_kernel(const uint8_t* q, const uint8_t* packed, const ui
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= rows * cols) return;
   const int64_t r = i / cols, c = i % cols;
-  uint8_t code;
-  if (packed) {
-    const uint8_t b = packed[r * ((cols + 1) / 2) + c / 2];
-    code = (c & 1) ? static_cast<uint8_t>(b >> 4) : static_cast<uint8_t>(b & 0xF);
-  } else {
-    code = q[i];
-  }
+  const uint8_t code = stored_code(q, packed, r, c, cols);
   if (FMT == kNvfp4) {
     out[i] = nvfp4_dequant(code, scale[r * ((cols + 15) / 16) + c / 16], *amax);
   } else {
@@ -464,13 +467,7 @@ __global__ void recipe_ao_dequant_kernel(RecipeDir d, float* out) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= d.rows * d.cols) return;
   const int64_t r = i / d.cols, c = i % d.cols;
-  uint8_t code;
-  if (d.packed) {
-    const uint8_t b = d.packed[r * ((d.cols + 1) / 2) + c / 2];
-    code = (c & 1) ? static_cast<uint8_t>(b >> 4) : static_cast<uint8_t>(b & 0xF);
-  } else {
-    code = d.q[i];
-  }
+  const uint8_t code = stored_code(d.q, d.packed, r, c, d.cols);
   const float qsf = e4m3_decode(d.scale[r * ((d.cols + 15) / 16) + c / 16]);
   out[i] = qm_mul(qm_mul(e2m1_decode(code), qsf), ao_pts(d));
 }

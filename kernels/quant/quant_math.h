@@ -254,7 +254,6 @@ QM_HD uint8_t nvfp4_scale_code(float ab, const Nvfp4Global& g) {
 QM_HD float nvfp4_encode_mult(uint8_t qs, const Nvfp4Global& g) {
   return qm_fmin(qm_div(1.0f, qm_mul(e4m3_decode(qs), g.s_dec)), kFltMax);
 }
-QM_HD uint8_t nvfp4_encode(float x, float r) { return e2m1_encode(qm_mul(x, r)); }
 // TE dequantize: fl(e2m1 * fl(fl(q_s * A) * fl(1/2688))). Where that block factor is not finite
 // (A = Inf: the quantizer used S_enc = 1, and TE's formula gives Inf / NaN for finite codes) the
 // decode scale the quantizer actually used is applied instead: fl(e2m1 * fl(q_s * S_dec)).
