@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <cstddef>
 #include <algorithm>
 #include <mutex>
 
@@ -225,16 +226,18 @@ std::vector<std::string> load_plugin(const std::string& path) {
   if (!entry) throw InputError(fmt::format("{}: not an assay plugin (no symbol {})", path, ASSAY_PLUGIN_ENTRY_SYMBOL));
   const assay_plugin* p = entry();
   if (!p) throw InputError(fmt::format("{}: {}() returned NULL", path, ASSAY_PLUGIN_ENTRY_SYMBOL));
-  if (p->abi_version != ASSAY_PLUGIN_ABI_VERSION)
-    throw InputError(fmt::format("{}: plugin ABI version {} (this assay reads {})", path, p->abi_version,
+  if (p->abi_version != 1u && p->abi_version != ASSAY_PLUGIN_ABI_VERSION)
+    throw InputError(fmt::format("{}: plugin ABI version {} (this assay reads 1 and {})", path, p->abi_version,
                                  ASSAY_PLUGIN_ABI_VERSION));
+  // Version 1's assay_kernel is version 2's without the trailing precision_profile.
+  const size_t kstride = p->abi_version == 1u ? offsetof(assay_kernel, precision_profile) : sizeof(assay_kernel);
   if (p->struct_size < sizeof(assay_plugin))
     throw InputError(fmt::format("{}: plugin table is {} bytes, expected >= {}", path, p->struct_size, sizeof(assay_plugin)));
   if (p->n_kernels < 0 || (p->n_kernels > 0 && !p->kernels))
     throw InputError(fmt::format("{}: plugin declares {} kernels without a table", path, p->n_kernels));
   std::vector<std::string> names;
   for (int32_t i = 0; i < p->n_kernels; ++i) {
-    const assay_kernel* k = &p->kernels[i];
+    const auto* k = reinterpret_cast<const assay_kernel*>(reinterpret_cast<const char*>(p->kernels) + kstride * static_cast<size_t>(i));
     if (!k->op || !k->name || !k->launch)
       throw InputError(fmt::format("{}: kernel #{}: op, name and launch are required", path, i));
     KernelDef d;
@@ -243,6 +246,7 @@ std::vector<std::string> load_plugin(const std::string& path) {
     d.description = cstr(k->description);
     d.source = path;
     d.deterministic = (k->flags & ASSAY_KERNEL_NONDETERMINISTIC) == 0;
+    if (p->abi_version >= 2u && k->precision_profile && *k->precision_profile) d.profile = k->precision_profile;
     d.can_implement = [k](const Golden& g) -> Support {
       if (!k->can_implement) return {};
       auto v = view_of(g);

@@ -17,6 +17,51 @@ static double overflow_to_inf(DType t, double y) {
   return std::isinf(r) ? r : y;
 }
 
+ElementCheck check_element(const Output& golden, const Tolerance& tol, size_t i, double x) {
+  const Tensor& g = golden.expected;
+  const double y = g.data[i];
+  ElementCheck c;
+  const bool float_dtype = info(g.dtype).is_float;
+  // The truth as the output dtype holds it: a finite fp64 value past the dtype's range rounds
+  // (RNE, non-saturating) to +-Inf in a format that has Inf, so a candidate that stores that
+  // Inf is right and one that saturates to the largest finite value is not.
+  const double yt = float_dtype && info(g.dtype).has_inf && std::isfinite(y) ? overflow_to_inf(g.dtype, y) : y;
+  if (!std::isfinite(yt) || !std::isfinite(x)) {
+    const bool same = (std::isnan(x) && std::isnan(yt)) || (std::isinf(x) && x == yt);
+    c.bad = c.nonfinite = !same;
+    c.err = same ? 0.0 : INFINITY;
+    c.ratio = same ? 0.0 : INFINITY;
+    return c;
+  }
+  double d = std::fabs(x - y);
+  if (tol.period > 0) {
+    d = std::fmod(d, tol.period);
+    d = std::min(d, tol.period - d);
+  }
+  c.err = d;
+  if (tol.exact) {
+    // The exact answer: the golden's spec-rounded code, else the fp64 truth itself. Zeros
+    // compare by value (+0 == -0), NaN as a class.
+    const double want = golden.rounded ? decode(g.dtype, (*golden.rounded)[i]) : y;
+    c.bad = !(x == want || (std::isnan(x) && std::isnan(want)));
+    // The spec's other allowed encodings (SCHEMA.md /allowed_mask, /alt).
+    if (c.bad && golden.alt) c.bad = !(x == (*golden.alt)[i]);
+    if (c.bad && golden.allowed_mask && float_dtype && round_to(g.dtype, x) == x)
+      c.bad = !(((*golden.allowed_mask)[i] >> encode(g.dtype, x)) & 1u);
+    c.ratio = c.bad ? INFINITY : 0.0;
+    return c;
+  }
+  // Each term is 0 when its factor is 0: bound_k = 0 with a +inf bound adds nothing (0 * inf
+  // would be NaN), and a NaN allowance, whatever produced it, allows nothing.
+  auto term = [](double k, double v) { return k == 0 ? 0.0 : k * v; };
+  double allowed = term(1.0, tol.atol) + term(tol.rtol, std::fabs(y)) + (golden.bound ? term(tol.bound_k, (*golden.bound)[i]) : 0.0);
+  if (std::isnan(allowed)) allowed = 0;
+  c.allowed = allowed;
+  c.bad = !(d <= allowed);
+  c.ratio = d == 0 ? 0.0 : (allowed > 0 ? d / allowed : INFINITY);
+  return c;
+}
+
 TensorReport compare_tensor(const Output& golden, const std::vector<double>& a, const Tolerance& tol) {
   const Tensor& g = golden.expected;
   ASSAY_CHECK(a.size() == g.data.size(), "compare {}: {} candidate values for {} expected", g.name, a.size(), g.data.size());
@@ -42,50 +87,26 @@ TensorReport compare_tensor(const Output& golden, const std::vector<double>& a, 
   const bool float_dtype = info(g.dtype).is_float;
   for (size_t i = 0; i < n; ++i) {
     const double x = a[i], y = e[i];
-    bool bad = false;
-    // The truth as the output dtype holds it: a finite fp64 value past the dtype's range rounds
-    // (RNE, non-saturating) to +-Inf in a format that has Inf, so a candidate that stores that
-    // Inf is right and one that saturates to the largest finite value is not.
-    const double yt = float_dtype && info(g.dtype).has_inf && std::isfinite(y) ? overflow_to_inf(g.dtype, y) : y;
-    if (!std::isfinite(yt) || !std::isfinite(x)) {
-      const bool same = (std::isnan(x) && std::isnan(yt)) || (std::isinf(x) && x == yt);
-      if (!same) {
-        ++r.nonfinite_mismatches;
-        if (nonfinite_first < 0) nonfinite_first = static_cast<int64_t>(i);
-        bad = true;
-      }
-    } else {
-      double d = std::fabs(x - y);
-      if (tol.period > 0) {
-        d = std::fmod(d, tol.period);
-        d = std::min(d, tol.period - d);
-      }
+    const ElementCheck c = check_element(golden, tol, i, x);
+    r.max_ratio = std::max(r.max_ratio, c.ratio);
+    if (c.nonfinite) {
+      ++r.nonfinite_mismatches;
+      if (nonfinite_first < 0) nonfinite_first = static_cast<int64_t>(i);
+    } else if (std::isfinite(x) && std::isfinite(y)) {
+      const double d = c.err;
       se += y * y, sd += d * d, sa += x * x, sae += x * y;
       r.max_abs = std::max(r.max_abs, d);
       const double den = std::max(std::fabs(y), rel_floor);
       if (d > 0) r.max_rel = std::max(r.max_rel, den > 0 ? d / den : INFINITY);
       if (float_dtype) ulps.push_back(d / ulp(g.dtype, y));
-      if (tol.exact) {
-        // The exact answer: the golden's spec-rounded code, else the fp64 truth itself. Zeros
-        // compare by value (+0 == -0), NaN as a class.
-        const double want = golden.rounded ? decode(g.dtype, (*golden.rounded)[i]) : y;
-        bad = !(x == want || (std::isnan(x) && std::isnan(want)));
-        // The spec's other allowed encodings (SCHEMA.md /allowed_mask, /alt).
-        if (bad && golden.alt) bad = !(x == (*golden.alt)[i]);
-        if (bad && golden.allowed_mask && info(g.dtype).is_float && round_to(g.dtype, x) == x)
-          bad = !(((*golden.allowed_mask)[i] >> encode(g.dtype, x)) & 1u);
-      } else {
-        const double allowed = tol.atol + tol.rtol * std::fabs(y) + (golden.bound ? tol.bound_k * (*golden.bound)[i] : 0.0);
-        bad = !(d <= allowed);
-        if (bad && d - allowed > worst_excess) {
-          worst_excess = d - allowed;
-          r.worst = static_cast<int64_t>(i);
-          r.worst_allowed = allowed;
-        }
+      if (c.bad && !tol.exact && d - c.allowed > worst_excess) {
+        worst_excess = d - c.allowed;
+        r.worst = static_cast<int64_t>(i);
+        r.worst_allowed = c.allowed;
       }
-      if (bad && tol.exact && r.worst < 0) r.worst = static_cast<int64_t>(i);
+      if (c.bad && tol.exact && r.worst < 0) r.worst = static_cast<int64_t>(i);
     }
-    if (bad) {
+    if (c.bad) {
       ++r.mismatches;
       if (r.first_bad < 0) r.first_bad = static_cast<int64_t>(i);
     }
@@ -133,12 +154,35 @@ TensorReport compare_tensor(const Output& golden, const std::vector<double>& a, 
                r.nonfinite_mismatches == 0)
                   ? Verdict::Passed
                   : Verdict::Incorrect;
+  if (!r.never_pass.empty()) r.max_ratio = INFINITY;
+  return r;
+}
+
+TensorReport compare_with_policy(const TolerancePolicy& policy, std::string_view op, const Output& golden,
+                                 const std::vector<double>& actual, std::string_view profile) {
+  const auto& e = golden.expected;
+  TensorReport r = compare_tensor(golden, actual, policy.lookup(op, e.name, e.dtype, profile));
+  if (r.verdict == Verdict::Passed) return r;
+  std::vector<std::string> would;
+  for (const auto& p : policy.profiles(op)) {
+    if (p == profile) continue;
+    const Tolerance t = policy.lookup(op, e.name, e.dtype, p);
+    if (t.source == r.tol.source) continue;  // the same entry: no different verdict
+    if (compare_tensor(golden, actual, t).verdict == Verdict::Passed) would.push_back(p);
+  }
+  if (!would.empty()) {
+    r.hint = "would pass under profile";
+    for (size_t k = 0; k < would.size(); ++k) r.hint += fmt::format("{} '{}'", k ? "," : "", would[k]);
+    r.hint += fmt::format(" (declare it if the kernel computes that way: {})",
+                          policy.find_profile(op, would.front()) ? policy.find_profile(op, would.front())->why : "");
+  }
   return r;
 }
 
 std::string TensorReport::summary() const {
-  std::string s = fmt::format("{:<10} {:<9} {} n={} max_abs={:.3e} max_rel={:.3e} rms_rel={:.3e} cos={:.6f}",
-                              verdict_name(verdict), name, assay::name(dtype), n, max_abs, max_rel, rms_rel, cosine);
+  std::string s = fmt::format("{:<10} {:<9} {}{} n={} max_abs={:.3e} max_rel={:.3e} rms_rel={:.3e} cos={:.6f}",
+                              verdict_name(verdict), name, assay::name(dtype),
+                              tol.profile == kStrictProfile ? "" : " profile=" + tol.profile, n, max_abs, max_rel, rms_rel, cosine);
   if (info(dtype).is_float) s += fmt::format(" ulp_max={:.3g} ulp_p99={:.3g}", ulp_max, ulp_p99);
   s += fmt::format(" mismatches={}/{} (budget {})", mismatches, n, tol.max_mismatch);
   if (first_bad >= 0) s += fmt::format(" first={}", first_bad_index);
@@ -146,6 +190,7 @@ std::string TensorReport::summary() const {
     s += fmt::format(" worst={} got {:.6g} want {:.6g}{}", worst_index, worst_actual, worst_expected,
                      tol.exact ? "" : fmt::format(" allowed {:.3g}", worst_allowed));
   for (const auto& np : never_pass) s += " | NEVER-PASS: " + np;
+  if (!hint.empty()) s += " | " + hint;
   return s;
 }
 

@@ -31,14 +31,34 @@ struct TensorReport {
   int64_t first_bad = -1, worst = -1;
   std::string first_bad_index, worst_index;
   double worst_actual = 0, worst_expected = 0, worst_allowed = 0;
+  // max over elements of error / allowed (0 where allowed = 0 and the error is 0); +inf for an
+  // exact-code or NaN/Inf-position mismatch or a never-pass rule. > 1 <=> some element failed.
+  // `assay calibrate` reports it as the margin.
+  double max_ratio = 0;
   std::vector<std::string> never_pass;  // reasons
+  std::string hint;  // for a failure: the other profile(s) of the op under which it would pass
   Tolerance tol;
   Verdict verdict = Verdict::NotRun;
   std::string summary() const;  // one line
 };
 
+// THE element rule (verify/tolerance.h), the only one: compare_tensor and the repro bundle's
+// mismatch mask both call it. Returns whether element i of the candidate is a mismatch; `ratio`
+// (optional) receives error / allowed (+inf for a code or NaN/Inf-position mismatch).
+struct ElementCheck {
+  bool bad = false;
+  bool nonfinite = false;  // a NaN/Inf position mismatch (judged in the output dtype)
+  double err = 0, allowed = 0, ratio = 0;
+};
+ElementCheck check_element(const Output& golden, const Tolerance& tol, size_t i, double actual);
+
 // `actual` holds the candidate's values as fp64 (codes already decoded). With tol.exact the
 // candidate must equal the golden's spec-rounded value (decoded `rounded`, else the fp64 truth).
 TensorReport compare_tensor(const Output& golden, const std::vector<double>& actual, const Tolerance& tol);
+
+// compare_tensor under the policy's entry for (op, output, dtype, profile); a failure gets a
+// `hint` naming each other profile of the op under which the candidate would pass.
+TensorReport compare_with_policy(const TolerancePolicy& policy, std::string_view op, const Output& golden,
+                                 const std::vector<double>& actual, std::string_view profile = kStrictProfile);
 
 }  // namespace assay

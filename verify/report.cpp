@@ -22,15 +22,17 @@ int RunReport::exit_code() const {
 
 static nlohmann::json finite_or_null(double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr); }
 
-static nlohmann::json tensor_json(const TensorReport& r) {
+nlohmann::json tensor_json(const TensorReport& r) {
   return {{"name", r.name}, {"dtype", name(r.dtype)}, {"shape", r.shape}, {"verdict", verdict_name(r.verdict)},
           {"max_abs", finite_or_null(r.max_abs)}, {"max_rel", finite_or_null(r.max_rel)},
           {"rms_rel", finite_or_null(r.rms_rel)}, {"cosine", finite_or_null(r.cosine)},
           {"ulp_max", finite_or_null(r.ulp_max)}, {"ulp_p99", finite_or_null(r.ulp_p99)}, {"mismatches", r.mismatches},
           {"nonfinite_mismatches", r.nonfinite_mismatches}, {"first_mismatch", r.first_bad_index},
-          {"worst_mismatch", r.worst_index}, {"never_pass", r.never_pass},
+          {"worst_mismatch", r.worst_index}, {"never_pass", r.never_pass}, {"max_ratio", finite_or_null(r.max_ratio)},
+          {"hint", r.hint},
           {"tolerance", {{"atol", r.tol.atol}, {"rtol", r.tol.rtol}, {"bound_k", r.tol.bound_k}, {"exact", r.tol.exact},
-                         {"max_mismatch", r.tol.max_mismatch}, {"why", r.tol.why}, {"source", r.tol.source}}}};
+                         {"period", r.tol.period}, {"max_mismatch", r.tol.max_mismatch}, {"profile", r.tol.profile},
+                         {"why", r.tol.why}, {"source", r.tol.source}}}};
 }
 
 nlohmann::json to_json(const RunReport& r) {
@@ -47,7 +49,8 @@ nlohmann::json to_json(const RunReport& r) {
   j["cases"] = nlohmann::json::array();
   for (const auto& c : r.cases) {
     nlohmann::json cj{{"kernel", c.kernel}, {"kernel_source", c.kernel_source}, {"op", c.op}, {"case", c.case_name},
-                      {"golden", c.golden}, {"deterministic", c.deterministic}, {"verdict", verdict_name(c.verdict)},
+                      {"golden", c.golden}, {"deterministic", c.deterministic}, {"profile", c.profile},
+                      {"verdict", verdict_name(c.verdict)},
                       {"reason", c.reason}, {"findings", c.findings}, {"kernel_ms", c.kernel_ms}, {"wall_s", c.wall_s}};
     if (!c.log_tail.empty()) cj["log_tail"] = c.log_tail;
     if (!c.repro.empty()) cj["repro"] = c.repro;
@@ -134,13 +137,14 @@ void print_console(const RunReport& r, bool verbose) {
     fmt::print("assay {}: NOT RUN: {}\n", r.tool, r.device_error);
   if (!r.shard.empty()) fmt::print("shard {}\n", r.shard);
   size_t kw = 6, cw = 4;
-  for (const auto& c : r.cases) kw = std::max(kw, c.kernel.size()), cw = std::max(cw, c.op.size() + 1 + c.case_name.size());
+  for (const auto& c : r.cases) kw = std::max(kw, c.kernel.size() + (c.profile == kStrictProfile ? 0 : c.profile.size() + 3)), cw = std::max(cw, c.op.size() + 1 + c.case_name.size());
   fmt::print("{:<12} {:<{}} {:<{}} {:>9} {:>10}  {}\n", "verdict", "kernel", kw, "case", cw, "max_abs", "kernel_ms", "detail");
   for (const auto& c : r.cases) {
     double ma = 0;
     for (const auto& t : c.tensors) ma = std::max(ma, t.max_abs);
     std::string ms = c.kernel_ms.empty() ? "-" : fmt::format("{:.3f}", c.kernel_ms.front());
-    fmt::print("{:<12} {:<{}} {:<{}} {:>9} {:>10}  {}\n", verdict_name(c.verdict), c.kernel, kw, c.op + "/" + c.case_name, cw,
+    fmt::print("{:<12} {:<{}} {:<{}} {:>9} {:>10}  {}\n", verdict_name(c.verdict),
+               c.profile == kStrictProfile ? c.kernel : c.kernel + " [" + c.profile + "]", kw, c.op + "/" + c.case_name, cw,
                c.tensors.empty() ? std::string("-") : fmt::format("{:.2e}", ma), ms, c.reason);
     const bool bad = c.verdict != Verdict::Passed && c.verdict != Verdict::NotSupported;
     if (verbose || bad) {

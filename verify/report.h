@@ -15,6 +15,7 @@ namespace assay {
 struct CaseResult {
   std::string kernel, kernel_source, op, case_name, golden;
   bool deterministic = true;
+  std::string profile = "strict";  // the kernel's declared precision profile (verify/tolerance.h)
   Verdict verdict = Verdict::NotRun;
   std::string reason;                 // one line: why this verdict
   std::vector<std::string> findings;  // canaries, modified inputs, run-to-run differences, sanitizer
@@ -45,6 +46,8 @@ struct RunReport {
 };
 
 nlohmann::json to_json(const RunReport& r);
+// One tensor's comparison (metrics, verdict, the tolerance entry and profile), as in the reports.
+nlohmann::json tensor_json(const TensorReport& r);
 std::string to_junit(const RunReport& r);
 void print_console(const RunReport& r, bool verbose);
 std::string xml_escape(const std::string& s);

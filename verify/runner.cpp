@@ -283,21 +283,6 @@ std::vector<uint64_t> read_codes(const h5::File& f, const std::string& ds, const
   return f.read_u64(ds);
 }
 
-// Whether element i is a mismatch under the tolerance rule of verify/tolerance.h.
-bool elem_bad(const Output& o, const Tolerance& tol, size_t i, double a) {
-  const double e = o.expected.data[i];
-  if (!std::isfinite(e) || !std::isfinite(a)) {
-    if (std::isnan(e) && std::isnan(a)) return false;
-    return !(a == e);
-  }
-  if (tol.exact) {
-    const double want = o.rounded ? decode(o.expected.dtype, (*o.rounded)[i]) : e;
-    return !(a == want);
-  }
-  const double allowed = tol.atol + tol.rtol * std::fabs(e) + (o.bound ? tol.bound_k * (*o.bound)[i] : 0.0);
-  return !(std::fabs(a - e) <= allowed);
-}
-
 // Error map: mismatches aggregated by (batch, head, tile of the sequence axis), from the tensor's
 // axis letters. Returns the map's axes, shape and counts.
 struct ErrorMap {
@@ -381,7 +366,7 @@ void write_repro(const std::string& path, const Golden& g, const std::string& ke
     std::vector<uint8_t> bad(e.data.size());
     for (size_t i = 0; i < d.size(); ++i) {
       d[i] = std::fabs(actual[k][i] - e.data[i]);
-      bad[i] = elem_bad(o, tols[k], i, actual[k][i]);
+      bad[i] = check_element(o, tols[k], i, actual[k][i]).bad;  // the verdict's own rule
     }
     f.write("/expected/" + e.name, h5::Elem::f64, e.shape, e.data.data());
     f.write("/actual/" + e.name, h5::Elem::f64, e.shape, actual[k].data());
@@ -419,8 +404,8 @@ void judge(CaseResult& cr, const Golden& g, const kernels::KernelDef& k, const s
     const auto c0 = read_codes(f, "/outputs/" + e.name, e);
     std::vector<double> a(c0.size());
     for (size_t i = 0; i < a.size(); ++i) a[i] = worker::decode_code(e.dtype, c0[i]);
-    const Tolerance tol = policy.lookup(g.prov.op, e.name, e.dtype);
-    cr.tensors.push_back(compare_tensor(o, a, tol));
+    cr.tensors.push_back(compare_with_policy(policy, g.prov.op, o, a, k.profile));
+    const Tolerance tol = cr.tensors.back().tol;
     all_ok = all_ok && cr.tensors.back().verdict == Verdict::Passed;
     for (int r = 1; r < runs; ++r) {
       const auto cr_ = read_codes(f, fmt::format("/run{}/{}", r, e.name), e);
@@ -443,9 +428,10 @@ void judge(CaseResult& cr, const Golden& g, const kernels::KernelDef& k, const s
     cr.verdict = Verdict::Incorrect;
     for (const auto& t : cr.tensors)
       if (t.verdict != Verdict::Passed) {
-        cr.reason = fmt::format("'{}': {} mismatches{}{}", t.name, t.mismatches,
+        cr.reason = fmt::format("'{}': {} mismatches{}{}{}", t.name, t.mismatches,
                                 t.first_bad >= 0 ? " first " + t.first_bad_index : std::string(),
-                                t.never_pass.empty() ? std::string() : " NEVER-PASS: " + t.never_pass.front());
+                                t.never_pass.empty() ? std::string() : " NEVER-PASS: " + t.never_pass.front(),
+                                t.hint.empty() ? std::string() : "; " + t.hint);
         break;
       }
   } else if (!diffs.empty() && k.deterministic) {
@@ -569,6 +555,9 @@ RunReport run_verify(const VerifyOptions& o) {
       const auto f = fs::path(o.fixtures_dir) / (op + ".toml");
       if (!o.fixtures_dir.empty() && fs::exists(f)) policy.add_file(f.string());
     }
+    // A kernel that declares a profile its op does not have is a usage error, said before any run.
+    for (const auto& it : items)
+      policy.require_profile(it.op, it.kernel->profile, fmt::format("kernel '{}' ({})", it.kernel->name, it.kernel->source));
   }
   std::map<std::string, std::pair<std::shared_ptr<Golden>, StaleResult>> cache;  // golden path -> (golden, stale)
   std::map<std::string, std::string> unreadable;
@@ -584,6 +573,7 @@ RunReport run_verify(const VerifyOptions& o) {
     cr.case_name = it.case_name;
     cr.golden = it.golden;
     cr.deterministic = it.kernel->deterministic;
+    cr.profile = it.kernel->profile;
     auto done = [&] {
       cr.wall_s = std::chrono::duration<double>(Clock::now() - tc).count();
       if (o.verbose) fmt::print(stderr, "[{}/{}] {:<12} {} {}/{}\n", idx, items.size(), verdict_name(cr.verdict), cr.kernel, cr.op, cr.case_name);

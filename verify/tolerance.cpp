@@ -60,6 +60,19 @@ void TolerancePolicy::add_file(const std::string& path) {
                                  e.description()));
   }
   const auto op = doc["op"].value<std::string>().value_or(std::filesystem::path(path).stem().string());
+  const auto fname = std::filesystem::path(path).filename().string();
+  if (const auto* pn = doc.get("profiles")) {
+    const auto* pt = pn->as_table();
+    if (!pt) throw InputError(fmt::format("{}: [profiles]: expected a table of name = \"why\"", path));
+    for (const auto& [k, v] : *pt) {
+      const auto why = v.value<std::string>();
+      if (!why || why->empty())
+        throw InputError(fmt::format("{}: [profiles] field '{}': must be a string saying how such a kernel computes", path, k.str()));
+      if (k.str() == kStrictProfile)
+        throw InputError(fmt::format("{}: [profiles] field 'strict': the default profile is implicit", path));
+      profiles_.push_back({op, std::string(k.str()), *why});
+    }
+  }
   const auto* arr = doc["tolerance"].as_array();
   if (!arr) return;
   int idx = 0;
@@ -84,19 +97,25 @@ void TolerancePolicy::add_file(const std::string& path) {
     e.tol.max_mismatch = (*t)["max_mismatch"].value<int64_t>().value_or(0);
     e.tol.period = (*t)["period"].value<double>().value_or(0.0);
     e.tol.why = (*t)["why"].value<std::string>().value_or("");
+    e.profile = (*t)["profile"].value<std::string>().value_or(kStrictProfile);
+    if (!has_profile(op, e.profile))
+      throw InputError(fmt::format("{}: field 'profile': '{}' is not declared under [profiles]", where, e.profile));
+    e.tol.profile = e.profile;
+    e.index = idx;
     if (e.tol.why.empty()) throw InputError(where + ": field 'why': every tolerance entry must say why");
     if (e.tol.atol < 0 || e.tol.rtol < 0 || e.tol.bound_k < 0 || e.tol.max_mismatch < 0 || e.tol.period < 0)
       throw InputError(where + ": atol, rtol, bound_k, max_mismatch and period must be >= 0");
     for (const auto& [k, v] : *t) {
       (void)v;
       static const std::set<std::string, std::less<>> known{"output", "dtype", "exact", "atol", "rtol", "bound_k",
-                                                           "max_mismatch", "period", "why"};
+                                                           "max_mismatch", "period", "why", "profile"};
       if (!known.count(k.str())) throw InputError(fmt::format("{}: field '{}': unknown", where, k.str()));
     }
-    e.tol.source = fmt::format("{} [[tolerance]] #{}", std::filesystem::path(path).filename().string(), idx);
+    e.tol.source = fmt::format("{} [[tolerance]] #{}", fname, idx);
     for (const auto& o : entries_)
-      if (o.op == e.op && o.output == e.output && o.dtype == e.dtype)
-        throw InputError(fmt::format("{}: duplicate entry for output '{}' dtype {}", where, e.output, name(e.dtype)));
+      if (o.op == e.op && o.output == e.output && o.dtype == e.dtype && o.profile == e.profile)
+        throw InputError(fmt::format("{}: duplicate entry for output '{}' dtype {} profile {}", where, e.output,
+                                     name(e.dtype), e.profile));
     entries_.push_back(std::move(e));
   }
 }
@@ -113,11 +132,39 @@ TolerancePolicy TolerancePolicy::load(const std::string& dir) {
   return p;
 }
 
-Tolerance TolerancePolicy::lookup(std::string_view op, std::string_view output, DType dtype) const {
-  for (const auto& e : entries_)
-    if (e.op == op && e.output == output && e.dtype == dtype) return e.tol;
-  for (const auto& e : entries_)
-    if (e.op == op && e.output == "*" && e.dtype == dtype) return e.tol;
+bool TolerancePolicy::has_profile(std::string_view op, std::string_view profile) const {
+  return profile == kStrictProfile || find_profile(op, profile) != nullptr;
+}
+
+const TolerancePolicy::Profile* TolerancePolicy::find_profile(std::string_view op, std::string_view profile) const {
+  for (const auto& p : profiles_)
+    if (p.op == op && p.name == profile) return &p;
+  return nullptr;
+}
+
+std::vector<std::string> TolerancePolicy::profiles(std::string_view op) const {
+  std::vector<std::string> r{kStrictProfile};
+  for (const auto& p : profiles_)
+    if (p.op == op) r.push_back(p.name);
+  return r;
+}
+
+void TolerancePolicy::require_profile(std::string_view op, std::string_view profile, std::string_view where) const {
+  if (has_profile(op, profile)) return;
+  std::string known;
+  for (const auto& p : profiles(op)) known += (known.empty() ? "" : ", ") + p;
+  throw InputError(fmt::format("{}: precision profile '{}' is not one of op {}'s profiles ({})", where, profile, op, known));
+}
+
+Tolerance TolerancePolicy::lookup(std::string_view op, std::string_view output, DType dtype,
+                                  std::string_view profile) const {
+  require_profile(op, profile, "tolerance lookup");
+  for (std::string_view prof : {profile, std::string_view(kStrictProfile)}) {
+    for (const auto& e : entries_)
+      if (e.op == op && e.output == output && e.dtype == dtype && e.profile == prof) return e.tol;
+    for (const auto& e : entries_)
+      if (e.op == op && e.output == "*" && e.dtype == dtype && e.profile == prof) return e.tol;
+  }
   return default_tolerance(dtype);
 }
 

@@ -1,6 +1,13 @@
-// The tolerance policy: one table keyed by (op, output, dtype); every entry carries a `why`.
+// The tolerance policy: one table keyed by (op, output, dtype, profile); every entry carries a `why`.
 //
-// Element rule (NaN-safe: written as a negated <=):
+// A precision profile names how a kernel COMPUTES, not how it stores: "strict" (the default:
+// rounding to the storage dtypes only), or a profile an op's fixture declares under [profiles]
+// (e.g. "tf32": fp32 storage with TF32 products; "bf16-states": chunk / recurrent states kept in
+// bf16). A kernel declares its profile; `assay calibrate` proves every profile's entries against an
+// emulation of that profile and against the op's mutants.
+//
+// Element rule (NaN-safe: written as a negated <=; a term whose factor is 0 is 0, so an infinite
+// bound with bound_k = 0 adds nothing, and a NaN allowance allows nothing):
 //   ok_i  <=>  |a_i - e_i| <= atol + rtol * |e_i| + bound_k * bound_i
 // (with `period`, |a_i - e_i| is the circular distance, for angle states)
 // where bound_i is the golden's per-element error-bound magnitude (0 if the golden has none).
@@ -8,8 +15,9 @@
 // must equal the candidate's codes (NaN as a class). A tensor passes when the mismatch count is
 // <= max_mismatch (default 0) and none of the never-pass rules fired (verify/compare.h).
 //
-// Lookup order: an entry for (op, output, dtype) from fixtures/<op>.toml [[tolerance]] tables,
-// then (op, "*", dtype), then the per-dtype default below.
+// Lookup order for (op, output, dtype, profile): the [[tolerance]] entry of fixtures/<op>.toml for
+// (output, dtype, profile), then ("*", dtype, profile); then the same two for "strict" (a profile
+// only lists the outputs it changes); then the per-dtype default below.
 #pragma once
 #include <optional>
 #include <string>
@@ -27,8 +35,12 @@ struct Tolerance {
   // min(|a - e| mod period, period - |a - e| mod period).
   double period = 0;
   std::string why;
-  std::string source;  // "default[bf16]" or "fixtures/attention.toml [[tolerance]] #2"
+  std::string source;   // "default[bf16]" or "attention.toml [[tolerance]] #2"
+  std::string profile = "strict";  // the profile of the entry that was selected
+  bool is_default() const { return source.rfind("default[", 0) == 0; }
 };
+
+inline constexpr const char* kStrictProfile = "strict";
 
 // Per-dtype defaults, each with its why (verify/tolerance.cpp).
 Tolerance default_tolerance(DType t);
@@ -38,17 +50,31 @@ class TolerancePolicy {
   struct Entry {
     std::string op, output;  // output "*" = any
     DType dtype;
+    std::string profile = kStrictProfile;
     Tolerance tol;
+    int index = 0;  // 1-based position among the file's [[tolerance]] tables
+  };
+  struct Profile {
+    std::string op, name, why;
   };
   // Reads the [[tolerance]] tables of every fixtures/<op>.toml in `dir` (missing dir: defaults).
   static TolerancePolicy load(const std::string& fixtures_dir);
-  // Reads one fixture file's [[tolerance]] tables.
+  // Reads one fixture file's [profiles] and [[tolerance]] tables.
   void add_file(const std::string& path);
-  Tolerance lookup(std::string_view op, std::string_view output, DType dtype) const;
+  // Throws InputError if `profile` is neither "strict" nor declared by the op's fixture.
+  Tolerance lookup(std::string_view op, std::string_view output, DType dtype,
+                   std::string_view profile = kStrictProfile) const;
   const std::vector<Entry>& entries() const { return entries_; }
+  // "strict" first, then the op's declared profiles in file order.
+  std::vector<std::string> profiles(std::string_view op) const;
+  bool has_profile(std::string_view op, std::string_view profile) const;
+  const Profile* find_profile(std::string_view op, std::string_view profile) const;
+  // Throws InputError naming the profile and the op's known ones, unless has_profile.
+  void require_profile(std::string_view op, std::string_view profile, std::string_view where) const;
 
  private:
   std::vector<Entry> entries_;
+  std::vector<Profile> profiles_;
 };
 
 }  // namespace assay

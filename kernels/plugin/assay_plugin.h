@@ -1,11 +1,17 @@
-/* assay plugin C ABI, version 1: how an external kernel library (.so) registers kernels with
+/* assay plugin C ABI, version 2: how an external kernel library (.so) registers kernels with
  * `assay verify --plugin path.so`.
  *
  * The library exports one symbol:
  *     const assay_plugin* assay_plugin_entry(void);
  * returning a table that lives as long as the library is loaded. assay checks abi_version
- * (must equal ASSAY_PLUGIN_ABI_VERSION) and struct_size (>= sizeof(assay_plugin) of version 1)
- * before reading anything else, and refuses the library with one line otherwise.
+ * (1 or 2) and struct_size (>= sizeof(assay_plugin)) before reading anything else, and refuses
+ * the library with one line otherwise.
+ *
+ * Version 2 (this header) adds assay_kernel.precision_profile: how the kernel computes, which
+ * selects the tolerance entries it is judged by ("strict" or NULL: rounding to the storage dtypes
+ * only; otherwise a profile the op's fixtures/<op>.toml declares under [profiles], e.g. "tf32",
+ * "bf16-states", "fp8-p"). An unknown profile refuses the library. Version 1 libraries (built
+ * against the old header, whose assay_kernel ends at `launch`) still load, as "strict".
  *
  * Calls:
  *   can_implement(case, reason, reason_len): called in the parent process, WITHOUT a CUDA context;
@@ -33,7 +39,7 @@
 extern "C" {
 #endif
 
-#define ASSAY_PLUGIN_ABI_VERSION 1u
+#define ASSAY_PLUGIN_ABI_VERSION 2u
 
 /* kernel flags */
 #define ASSAY_KERNEL_NONDETERMINISTIC 1u /* outputs may differ bitwise between runs (atomics, split-K) */
@@ -70,6 +76,7 @@ typedef struct assay_kernel {
   uint32_t flags;    /* ASSAY_KERNEL_* */
   int (*can_implement)(const assay_case* c, char* reason, size_t reason_len);
   int (*launch)(const assay_case* c, void* stream, char* err, size_t err_len);
+  const char* precision_profile; /* v2: NULL or "strict", or a profile of the op (see above) */
 } assay_kernel;
 
 typedef struct assay_plugin {

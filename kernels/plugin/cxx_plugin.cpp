@@ -137,6 +137,7 @@ const assay_plugin* export_plugin(const char* plugin_name, std::vector<KernelDef
     k.flags = d.deterministic ? 0u : ASSAY_KERNEL_NONDETERMINISTIC;
     k.can_implement = kFns.first[i];
     k.launch = kFns.second[i];
+    k.precision_profile = d.profile.c_str();
     t.ks.push_back(k);
   }
   t.plugin.abi_version = ASSAY_PLUGIN_ABI_VERSION;

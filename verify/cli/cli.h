@@ -17,6 +17,7 @@ void add_inspect(CLI::App& app, Common& common, int& rc);
 void add_compare(CLI::App& app, Common& common, int& rc);
 void add_verify(CLI::App& app, Common& common, int& rc);    // verify + the hidden __worker
 void add_sanitize(CLI::App& app, Common& common, int& rc);
+void add_calibrate(CLI::App& app, Common& common, int& rc);
 
 std::string default_fixtures_dir();
 std::string default_golden_dir(const std::string& level);  // L0: <source>/golden, else <build>/golden-<level>

@@ -2,6 +2,11 @@
 // /outputs/<name> or /<name>) against a golden. This is how Python, Triton, TileLang and CuTe
 // kernels are checked: read the golden's /inputs, run the kernel, write the candidate, compare.
 //
+// The candidate is judged under a precision profile (verify/tolerance.h): `--profile P`, else the
+// candidate's root attribute `precision_profile`, else "strict"; both given and different is an
+// error. `--atol/--rtol` replace the selected entry's atol and rtol (and turn `exact` off); its
+// bound_k and period stay.
+//
 // Candidate datasets: any float type (fp64/fp32/fp16; bf16 upcast to fp32 is exact), or integer
 // storage codes with a string attribute dtype = "bf16" | "fp8e4m3" | ... . Shapes must match.
 #include <algorithm>
@@ -17,6 +22,7 @@
 #include "verify/compare.h"
 #include "verify/golden.h"
 #include "verify/h5.h"
+#include "verify/report.h"
 #include "verify/stale.h"
 
 namespace assay::cli {
@@ -27,6 +33,7 @@ struct CompareOpts {
   std::vector<std::string> outputs;
   bool no_fixture_check = false;
   double atol = -1, rtol = -1;
+  std::string profile;
 };
 
 std::vector<double> read_candidate(const h5::File& f, const Output& o) {
@@ -81,37 +88,43 @@ int run_compare(const CompareOpts& o, const Common& common) {
   TolerancePolicy policy;
   if (const auto f = std::filesystem::path(common.fixtures_dir) / (g.prov.op + ".toml"); std::filesystem::exists(f))
     policy.add_file(f.string());
+  std::string profile = o.profile;
+  if (cand.has_attr("/", "precision_profile")) {
+    const auto p = cand.attr_str("/", "precision_profile");
+    if (!profile.empty() && profile != p)
+      throw InputError(fmt::format("{}: attribute precision_profile = '{}' but --profile {}: say one", o.candidate, p, profile));
+    profile = p;
+  }
+  if (profile.empty()) profile = kStrictProfile;
+  policy.require_profile(g.prov.op, profile, o.profile.empty() ? o.candidate + ": attribute precision_profile" : "--profile");
+  js["profile"] = profile;
   Verdict verdict = Verdict::Passed;
   std::vector<TensorReport> reports;
   for (const auto& out : g.outputs) {
     if (!o.outputs.empty() && std::find(o.outputs.begin(), o.outputs.end(), out.expected.name) == o.outputs.end()) continue;
-    Tolerance tol = policy.lookup(g.prov.op, out.expected.name, out.expected.dtype);
+    const auto actual = read_candidate(cand, out);
     if (o.atol >= 0 || o.rtol >= 0) {
-      tol = Tolerance{};
-      tol.atol = std::max(0.0, o.atol);
-      tol.rtol = std::max(0.0, o.rtol);
-      tol.why = "given on the command line";
+      Tolerance tol = policy.lookup(g.prov.op, out.expected.name, out.expected.dtype, profile);
+      tol.exact = false;
+      if (o.atol >= 0) tol.atol = o.atol;
+      if (o.rtol >= 0) tol.rtol = o.rtol;
+      tol.why = fmt::format("--atol/--rtol on the command line (bound_k {} and period {} kept from {})", tol.bound_k,
+                            tol.period, tol.source);
       tol.source = "--atol/--rtol";
+      reports.push_back(compare_tensor(out, actual, tol));
+    } else {
+      reports.push_back(compare_with_policy(policy, g.prov.op, out, actual, profile));
     }
-    reports.push_back(compare_tensor(out, read_candidate(cand, out), tol));
     if (reports.back().verdict != Verdict::Passed) verdict = Verdict::Incorrect;
   }
   if (reports.empty()) throw InputError(fmt::format("{}: --output selects none of the golden's outputs", o.golden));
   if (common.json) {
     js["verdict"] = verdict_name(verdict);
-    for (const auto& r : reports)
-      js["tensors"].push_back({{"name", r.name}, {"dtype", name(r.dtype)}, {"shape", r.shape}, {"verdict", verdict_name(r.verdict)},
-                               {"max_abs", r.max_abs}, {"max_rel", r.max_rel}, {"rms_rel", r.rms_rel}, {"cosine", r.cosine},
-                               {"ulp_max", r.ulp_max}, {"ulp_p99", r.ulp_p99}, {"mismatches", r.mismatches},
-                               {"nonfinite_mismatches", r.nonfinite_mismatches}, {"first_mismatch", r.first_bad_index},
-                               {"worst_mismatch", r.worst_index}, {"never_pass", r.never_pass},
-                               {"tolerance", {{"atol", r.tol.atol}, {"rtol", r.tol.rtol}, {"bound_k", r.tol.bound_k},
-                                              {"exact", r.tol.exact}, {"max_mismatch", r.tol.max_mismatch},
-                                              {"why", r.tol.why}, {"source", r.tol.source}}}});
+    for (const auto& r : reports) js["tensors"].push_back(tensor_json(r));
     std::cout << js.dump(2) << "\n";
   } else {
-    fmt::print("{}/{}: golden {} vs candidate {}{}\n", g.prov.op, g.prov.case_name, o.golden, o.candidate,
-               o.no_fixture_check ? " (fixture not checked: --no-fixture-check)" : "");
+    fmt::print("{}/{}: golden {} vs candidate {} (profile {}){}\n", g.prov.op, g.prov.case_name, o.golden, o.candidate,
+               profile, o.no_fixture_check ? " (fixture not checked: --no-fixture-check)" : "");
     for (const auto& r : reports) fmt::print("  {}\n    tolerance {}: {}\n", r.summary(), r.tol.source, r.tol.why);
     fmt::print("{} {}/{}\n", verdict_name(verdict), g.prov.op, g.prov.case_name);
   }
@@ -128,8 +141,9 @@ void add_compare(CLI::App& app, Common& common, int& rc) {
   s->add_option("--output", o->outputs, "Compare only these outputs");
   s->add_option("--fixtures", common.fixtures_dir, "Fixtures directory (staleness check and tolerance policy)");
   s->add_flag("--no-fixture-check", o->no_fixture_check, "Skip regenerating inputs from the fixture (hashes still checked)");
-  s->add_option("--atol", o->atol, "Override the policy: absolute tolerance");
-  s->add_option("--rtol", o->rtol, "Override the policy: relative tolerance");
+  s->add_option("--profile", o->profile, "The kernel's precision profile (default: the candidate's precision_profile attribute, else strict)");
+  s->add_option("--atol", o->atol, "Override the selected entry's absolute tolerance (bound_k and period stay)");
+  s->add_option("--rtol", o->rtol, "Override the selected entry's relative tolerance (bound_k and period stay)");
   s->add_flag("--json", common.json, "JSON report on stdout");
   s->callback([o, &common, &rc] { rc = run_compare(*o, common); });
 }

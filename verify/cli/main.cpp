@@ -43,6 +43,7 @@ int main(int argc, char** argv) {
   cli::add_compare(app, common, rc);
   cli::add_verify(app, common, rc);
   cli::add_sanitize(app, common, rc);
+  cli::add_calibrate(app, common, rc);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

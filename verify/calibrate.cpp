@@ -1,0 +1,370 @@
+#include "verify/calibrate.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include <fmt/format.h>
+#include <fnmatch.h>
+
+#include "fixtures/gen/case.h"
+#include "fixtures/gen/op.h"
+#include "reference/core/check.h"
+#include "verify/compare.h"
+#include "verify/golden.h"
+#include "verify/tolerance.h"
+
+namespace assay {
+namespace fs = std::filesystem;
+
+bool OpCalibration::ok() const {
+  if (!problems.empty()) return false;
+  for (const auto& v : variants)
+    if (!v.problems.empty()) return false;
+  return true;
+}
+
+bool CalibrationReport::ok() const {
+  return std::all_of(ops.begin(), ops.end(), [](const OpCalibration& o) { return o.ok(); });
+}
+
+namespace {
+
+std::string ratio_str(double r) {
+  if (std::isinf(r)) return "inf";
+  if (r >= 100) return fmt::format("{:.0f}", r);
+  if (r >= 10) return fmt::format("{:.1f}", r);
+  return fmt::format("{:.3f}", r);
+}
+
+// The variant's values as the kernel's store leaves them: rounded to the output dtype.
+std::vector<double> stored(DType t, std::vector<double> v) {
+  if (info(t).is_float)
+    for (auto& x : v) x = round_to(t, x);
+  return v;
+}
+
+struct CaseWork {
+  const gen::Case* c = nullptr;
+  std::string golden_path;
+  std::vector<CalibrationCell> cells;  // per variant x judged profile
+  std::vector<std::string> problems;
+  std::vector<std::pair<std::string, DType>> outputs;  // (name, dtype) of the golden
+  std::vector<std::string> lint;
+};
+
+void run_case(const gen::OpDef& op, const TolerancePolicy& policy, const std::vector<std::string>& profiles, CaseWork& w) {
+  const gen::Case& c = *w.c;
+  Golden g;
+  try {
+    g = read_golden(w.golden_path);
+  } catch (const std::exception& e) {
+    w.problems.push_back(fmt::format("case {}: {}", c.name, e.what()));
+    return;
+  }
+  for (const auto& o : g.outputs) w.outputs.emplace_back(o.expected.name, o.expected.dtype);
+  gen::Inputs in(c);
+  op.make_inputs(c, in);
+  {
+    bool same = in.all().size() == g.inputs.size();
+    for (size_t i = 0; same && i < g.inputs.size(); ++i) {
+      const auto* gi = g.input(in.all()[i].name);
+      same = gi && gi->data.size() == in.all()[i].data.size() &&
+             std::equal(gi->data.begin(), gi->data.end(), in.all()[i].data.begin(),
+                        [](double a, double b) { return a == b || (std::isnan(a) && std::isnan(b)); });
+    }
+    if (!same) {
+      w.problems.push_back(fmt::format("case {}: Stale: {} does not hold the fixture's inputs (run assay gen --op {})",
+                                       c.name, w.golden_path, op.name));
+      return;
+    }
+  }
+  // Lint: a per-dtype default tolerance whose atol alone admits a 100% error on a non-zero element.
+  for (const auto& o : g.outputs) {
+    const auto tol = policy.lookup(op.name, o.expected.name, o.expected.dtype);
+    if (!tol.is_default() || tol.exact || !(tol.atol > 0)) continue;
+    int64_t n = 0;
+    double smallest = INFINITY;
+    for (double e : o.expected.data)
+      if (std::isfinite(e) && e != 0 && std::fabs(e) <= tol.atol) ++n, smallest = std::min(smallest, std::fabs(e));
+    if (n)
+      w.lint.push_back(fmt::format("output '{}' ({}) of case {} falls to {} with atol {:g}: {} non-zero element(s) as small "
+                                   "as {:.3g} would pass 100% wrong; give it an entry (exact, rtol-only or bound-based)",
+                                   o.expected.name, name(o.expected.dtype), c.name, tol.source, tol.atol, n, smallest));
+  }
+  for (const auto& v : op.variants) {
+    std::map<std::string, std::vector<double>> outs;
+    try {
+      outs = v.run(c, in);
+    } catch (const std::exception& e) {
+      w.problems.push_back(fmt::format("variant {} on case {}: {}", v.name, c.name, e.what()));
+      continue;
+    }
+    std::vector<std::string> judged;
+    if (v.kind == gen::Variant::Kind::mutant) judged = profiles;
+    else {
+      judged.push_back(v.profile);
+      if (v.profile != kStrictProfile) judged.push_back(kStrictProfile);
+    }
+    for (const auto& prof : judged) {
+      CalibrationCell cell;
+      cell.variant = v.name, cell.case_name = c.name, cell.profile = prof;
+      cell.applies = !outs.empty();
+      for (const auto& [name, vals] : outs) {
+        const Output* o = g.output(name);
+        if (!o) {
+          w.problems.push_back(fmt::format("variant {} on case {}: output '{}' is not an output of the golden", v.name, c.name, name));
+          continue;
+        }
+        if (vals.size() != o->expected.data.size()) {
+          w.problems.push_back(fmt::format("variant {} on case {}: output '{}' has {} values, the golden {}", v.name, c.name,
+                                           name, vals.size(), o->expected.data.size()));
+          continue;
+        }
+        const auto r = compare_with_policy(policy, op.name, *o, stored(o->expected.dtype, vals), prof);
+        if (r.verdict != Verdict::Passed) cell.passed = false;
+        if (r.max_ratio > cell.ratio || cell.worst_output.empty()) {
+          cell.ratio = std::max(cell.ratio, r.max_ratio);
+          cell.worst_output = name;
+        }
+        if (!r.hint.empty() && cell.hint.empty()) cell.hint = fmt::format("'{}': {}", name, r.hint);
+      }
+      w.cells.push_back(std::move(cell));
+    }
+  }
+}
+
+void summarize(const gen::OpDef& op, OpCalibration& oc) {
+  for (const auto& v : op.variants) {
+    VariantSummary s;
+    s.name = v.name, s.what = v.what, s.profile = v.profile;
+    const bool mutant = v.kind == gen::Variant::Kind::mutant;
+    s.kind = mutant ? "mutant" : "emulation";
+    if (mutant) s.profile = kStrictProfile;
+    std::map<std::string, double> best;  // profile -> best kill
+    for (const auto& cell : oc.cells) {
+      if (cell.variant != v.name || !cell.applies) continue;
+      if (mutant) {
+        double& b = best[cell.profile];
+        if (!cell.passed) b = std::max(b, cell.ratio);
+        if (cell.profile == kStrictProfile) {
+          ++s.cases_applied;
+          if (!cell.passed) ++s.cases_failed;
+          if (!cell.passed && (cell.ratio > s.margin || s.margin_case.empty()))
+            s.margin = cell.ratio, s.margin_case = cell.case_name, s.margin_output = cell.worst_output;
+        }
+      } else if (cell.profile == v.profile) {
+        ++s.cases_applied;
+        if (!cell.passed) ++s.cases_failed;
+        if (cell.ratio > s.margin || s.margin_case.empty())
+          s.margin = cell.ratio, s.margin_case = cell.case_name, s.margin_output = cell.worst_output;
+      } else {  // the emulation judged under strict
+        if (!cell.passed) {
+          ++s.strict_failures;
+          if (s.strict_hint.empty()) s.strict_hint = fmt::format("{}: {}", cell.case_name, cell.hint.empty() ? "no other profile passes it" : cell.hint);
+        }
+      }
+    }
+    if (s.cases_applied == 0) s.problems.push_back("applies to no L0 case");
+    if (mutant) {
+      for (const auto& p : oc.profiles) s.kill_by_profile.emplace_back(p, best.count(p) ? best[p] : 0.0);
+      if (s.cases_applied > 0 && s.cases_failed == 0)
+        s.problems.push_back("SURVIVES: accepted on every case it applies to (the policy cannot tell it from a correct kernel)");
+      for (const auto& [p, b] : s.kill_by_profile)
+        if (s.cases_applied > 0 && b < oc.kill_min)
+          s.problems.push_back(fmt::format("best kill under profile {} is {}x allowed, below the floor {}x", p, ratio_str(b),
+                                           ratio_str(oc.kill_min)));
+    } else {
+      if (s.cases_failed > 0)
+        s.problems.push_back(fmt::format("REJECTED on {} of {} cases under its own profile {} (worst {}x allowed on {})",
+                                         s.cases_failed, s.cases_applied, s.profile, ratio_str(s.margin), s.margin_case));
+      else if (s.margin > oc.emulation_max)
+        s.problems.push_back(fmt::format("worst margin {} of allowed on {} ('{}'), above the floor {}", ratio_str(s.margin),
+                                         s.margin_case, s.margin_output, ratio_str(oc.emulation_max)));
+      if (s.profile != kStrictProfile && s.cases_applied > 0 && s.strict_failures == 0)
+        s.problems.push_back(fmt::format("passes strict on every case: profile {} is not needed to describe it", s.profile));
+    }
+    oc.variants.push_back(std::move(s));
+  }
+}
+
+}  // namespace
+
+CalibrationReport calibrate(const CalibrateOptions& o) {
+  CalibrationReport rep;
+  std::vector<std::string> ops = o.ops;
+  if (ops.empty()) {
+    for (const auto& n : gen::op_names())
+      if (fs::exists(fs::path(o.fixtures_dir) / (n + ".toml"))) ops.push_back(n);
+  }
+  for (const auto& opname : ops) {
+    const gen::OpDef* op = gen::find_op(opname);
+    if (!op) throw InputError(fmt::format("--op {}: unknown op (known: {})", opname, fmt::join(gen::op_names(), ", ")));
+    const std::string fpath = (fs::path(o.fixtures_dir) / (opname + ".toml")).string();
+    const gen::Fixture fx = gen::load_fixture(fpath);
+    TolerancePolicy policy;
+    policy.add_file(fpath);
+    OpCalibration oc;
+    oc.op = opname;
+    oc.profiles = policy.profiles(opname);
+    if (const auto* cn = fx.doc.get("calibrate")) {
+      const auto* ct = cn->as_table();
+      if (!ct) throw InputError(fmt::format("{}: [calibrate]: expected a table", fpath));
+      for (const auto& [k, v] : *ct) {
+        const auto d = v.value<double>();
+        if (!d || !(*d > 0)) throw InputError(fmt::format("{}: [calibrate] field '{}': must be a positive number", fpath, k.str()));
+        if (k.str() == "emulation_max") oc.emulation_max = *d;
+        else if (k.str() == "kill_min") oc.kill_min = *d;
+        else throw InputError(fmt::format("{}: [calibrate] field '{}': unknown (emulation_max, kill_min)", fpath, k.str()));
+      }
+    }
+    std::vector<CaseWork> work;
+    for (const auto& c : fx.cases) {
+      if (c.level != "L0" || fnmatch(o.case_glob.c_str(), c.name.c_str(), 0) != 0) continue;
+      CaseWork w;
+      w.c = &c;
+      w.golden_path = (fs::path(o.golden_dir) / golden_rel_path(opname, c.name)).string();
+      work.push_back(std::move(w));
+      oc.cases.push_back(c.name);
+    }
+    if (work.empty()) throw InputError(fmt::format("{}: no L0 case matches --case {}", fpath, o.case_glob));
+    const int jobs = std::max(1, std::min<int>(o.jobs > 0 ? o.jobs : static_cast<int>(std::thread::hardware_concurrency()),
+                                               static_cast<int>(work.size())));
+    std::atomic<size_t> next{0};
+    std::vector<std::thread> pool;
+    std::mutex err_mu;
+    std::string first_error;
+    for (int t = 0; t < jobs; ++t)
+      pool.emplace_back([&] {
+        for (size_t i; (i = next++) < work.size();) {
+          try {
+            run_case(*op, policy, oc.profiles, work[i]);
+          } catch (const std::exception& e) {
+            std::lock_guard<std::mutex> lk(err_mu);
+            work[i].problems.push_back(fmt::format("case {}: {}", work[i].c->name, e.what()));
+          }
+        }
+      });
+    for (auto& t : pool) t.join();
+    std::set<std::pair<std::string, DType>> seen;
+    std::set<std::string> lint_seen;
+    for (auto& w : work) {
+      for (auto& c : w.cells) oc.cells.push_back(std::move(c));
+      for (auto& p : w.problems) oc.problems.push_back(std::move(p));
+      for (const auto& od : w.outputs) seen.insert(od);
+      for (auto& l : w.lint) oc.problems.push_back(std::move(l));
+    }
+    // Policy-level checks: every entry selectable, every non-strict profile proven by an emulation.
+    for (const auto& e : policy.entries()) {
+      const bool hit = std::any_of(seen.begin(), seen.end(), [&](const auto& od) {
+        return od.second == e.dtype && (e.output == "*" || e.output == od.first);
+      });
+      if (!hit)
+        oc.problems.push_back(fmt::format("{}: entry (output '{}', dtype {}, profile {}) can never be selected: no L0 golden "
+                                          "of {} has that output in that dtype",
+                                          e.tol.source, e.output, name(e.dtype), e.profile, opname));
+    }
+    for (const auto& p : oc.profiles) {
+      const bool proven = std::any_of(op->variants.begin(), op->variants.end(), [&](const gen::Variant& v) {
+        return v.kind == gen::Variant::Kind::emulation && v.profile == p;
+      });
+      if (!proven)
+        oc.problems.push_back(fmt::format("profile {} has no emulation of a correct kernel that proves its entries", p));
+    }
+    const bool any_mutant = std::any_of(op->variants.begin(), op->variants.end(),
+                                        [](const gen::Variant& v) { return v.kind == gen::Variant::Kind::mutant; });
+    if (!any_mutant) oc.problems.push_back("the op has no mutant: nothing shows its tolerances reject anything");
+    summarize(*op, oc);
+    rep.ops.push_back(std::move(oc));
+  }
+  return rep;
+}
+
+void print_calibration(const CalibrationReport& r, bool verbose) {
+  for (const auto& oc : r.ops) {
+    int nm = 0, ne = 0;
+    for (const auto& v : oc.variants) (v.kind == "mutant" ? nm : ne)++;
+    fmt::print("calibrate {}: {} L0 cases, {} mutants, {} emulations, profiles {}; floors: emulations <= {} of allowed, "
+               "kills >= {}x\n",
+               oc.op, oc.cases.size(), nm, ne, fmt::join(oc.profiles, ", "), ratio_str(oc.emulation_max), ratio_str(oc.kill_min));
+    for (const auto& v : oc.variants) {
+      if (v.kind == "mutant") {
+        std::string byp;
+        for (const auto& [p, b] : v.kill_by_profile)
+          if (p != kStrictProfile) byp += fmt::format(", {} {}x", p, ratio_str(b));
+        fmt::print("  {} mutant    {:<28} killed on {:>2}/{:<2} cases, best {}x ({}: {}){}\n", v.problems.empty() ? "ok  " : "FAIL",
+                   v.name, v.cases_failed, v.cases_applied, ratio_str(v.margin), v.margin_case, v.margin_output, byp);
+      } else {
+        fmt::print("  {} emulation {:<28} [{}] passes {:>2}/{:<2} cases, worst {} of allowed ({}: {}){}\n",
+                   v.problems.empty() ? "ok  " : "FAIL", v.name, v.profile, v.cases_applied - v.cases_failed, v.cases_applied,
+                   ratio_str(v.margin), v.margin_case, v.margin_output,
+                   v.profile == kStrictProfile ? ""
+                                               : fmt::format("; under strict rejected on {}/{} (e.g. {})", v.strict_failures,
+                                                             v.cases_applied, v.strict_hint));
+      }
+      for (const auto& p : v.problems) fmt::print("       PROBLEM: {}: {}\n", v.name, p);
+    }
+    for (const auto& p : oc.problems) fmt::print("  PROBLEM: {}\n", p);
+    if (verbose) {
+      fmt::print("  kill matrix (error / allowed under strict; '.' = does not apply, '(r)' = accepted):\n");
+      for (const auto& v : oc.variants) {
+        std::string row;
+        for (const auto& c : oc.cells)
+          if (c.variant == v.name && c.profile == (v.kind == "mutant" ? std::string(kStrictProfile) : v.profile))
+            row += fmt::format(" {}={}", c.case_name, !c.applies ? "." : (c.passed ? "(" + ratio_str(c.ratio) + ")" : ratio_str(c.ratio)));
+        fmt::print("    {:<28}{}\n", v.name, row);
+      }
+    }
+  }
+  for (const auto& oc : r.ops) {
+    int nm = 0, killed = 0;
+    double min_kill = INFINITY, max_emu = 0;
+    std::string kw, ew;
+    for (const auto& v : oc.variants) {
+      if (v.kind == "mutant") {
+        ++nm;
+        if (v.cases_failed > 0) ++killed;
+        if (v.margin < min_kill) min_kill = v.margin, kw = v.name;
+      } else if (v.margin >= max_emu) {
+        max_emu = v.margin, ew = v.name;
+      }
+    }
+    fmt::print("summary {:<12} {}: mutants {}/{} killed, smallest best-kill {}x ({}), largest emulation margin {} ({})\n", oc.op,
+               oc.ok() ? "PASS" : "FAIL", killed, nm, nm ? ratio_str(min_kill) : "-", kw, ratio_str(max_emu), ew.empty() ? "-" : ew);
+  }
+}
+
+nlohmann::json calibration_json(const CalibrationReport& r) {
+  auto num = [](double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json("inf"); };
+  nlohmann::json j{{"ok", r.ok()}, {"ops", nlohmann::json::array()}};
+  for (const auto& oc : r.ops) {
+    nlohmann::json o{{"op", oc.op},           {"ok", oc.ok()},           {"cases", oc.cases},
+                     {"profiles", oc.profiles}, {"emulation_max", oc.emulation_max}, {"kill_min", oc.kill_min},
+                     {"problems", oc.problems}, {"variants", nlohmann::json::array()}, {"matrix", nlohmann::json::array()}};
+    for (const auto& v : oc.variants) {
+      nlohmann::json vj{{"name", v.name},       {"kind", v.kind},           {"profile", v.profile},
+                        {"what", v.what},       {"cases_applied", v.cases_applied}, {"cases_rejected", v.cases_failed},
+                        {"margin", num(v.margin)}, {"margin_case", v.margin_case}, {"margin_output", v.margin_output},
+                        {"problems", v.problems}};
+      if (v.kind == "mutant") {
+        for (const auto& [p, b] : v.kill_by_profile) vj["best_kill_by_profile"][p] = num(b);
+      } else if (v.profile != kStrictProfile) {
+        vj["strict_rejections"] = v.strict_failures;
+        vj["strict_hint"] = v.strict_hint;
+      }
+      o["variants"].push_back(vj);
+    }
+    for (const auto& c : oc.cells)
+      o["matrix"].push_back({{"variant", c.variant}, {"case", c.case_name}, {"profile", c.profile}, {"applies", c.applies},
+                             {"accepted", c.passed}, {"ratio", num(c.ratio)}, {"output", c.worst_output}, {"hint", c.hint}});
+    j["ops"].push_back(o);
+  }
+  return j;
+}
+
+}  // namespace assay

@@ -1,0 +1,45 @@
+// assay calibrate [--op OP]... [--case GLOB] [--json] [--json-file F] [-v]: the kill matrix and the
+// precision-emulation margins of each op's tolerance policy (verify/calibrate.h). Exit 0 when
+// every op calibrates, 1 when one does not, 2 on bad input.
+#include <fstream>
+#include <iostream>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "reference/core/check.h"
+#include "verify/calibrate.h"
+#include "verify/cli/cli.h"
+#include "verify/verdict.h"
+
+namespace assay::cli {
+
+void add_calibrate(CLI::App& app, Common& common, int& rc) {
+  auto o = std::make_shared<CalibrateOptions>();
+  auto json_file = std::make_shared<std::string>();
+  auto verbose = std::make_shared<bool>(false);
+  auto* s = app.add_subcommand("calibrate", "Prove each op's tolerances: mutants must be rejected, precision emulations accepted");
+  s->add_option("--op", o->ops, "Only these ops (default: every op with a fixture)");
+  s->add_option("--case", o->case_glob, "Only L0 cases whose name matches this glob");
+  s->add_option("--golden", o->golden_dir, "Golden directory (default: the committed golden/)");
+  s->add_option("--fixtures", common.fixtures_dir, "Fixtures directory");
+  s->add_option("-j,--jobs", o->jobs, "Parallel cases (default: all cores)");
+  s->add_flag("--json", common.json, "The report as JSON on stdout (kill matrix included)");
+  s->add_option("--json-file", *json_file, "Also write the JSON report to this file");
+  s->add_flag("-v,--verbose", *verbose, "Print the whole kill matrix");
+  s->callback([o, json_file, verbose, &common, &rc] {
+    o->fixtures_dir = common.fixtures_dir;
+    if (o->golden_dir.empty()) o->golden_dir = default_golden_dir("L0");
+    const auto r = calibrate(*o);
+    const auto j = calibration_json(r);
+    if (common.json) std::cout << j.dump(2) << "\n";
+    else print_calibration(r, *verbose);
+    if (!json_file->empty()) {
+      std::ofstream f(*json_file);
+      if (!(f << j.dump(2) << "\n")) throw InputError(fmt::format("{}: cannot write the JSON report", *json_file));
+    }
+    rc = r.ok() ? kExitPass : kExitFail;
+  });
+}
+
+}  // namespace assay::cli
