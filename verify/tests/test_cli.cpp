@@ -174,3 +174,46 @@ TEST_CASE("bad input: one line naming the file and field, exit 2", "[cpu][L0]") 
   CHECK_THAT(rf.out, assay_test::Contains("case 'x': field 'D': expected an integer"));
   CHECK(run("frobnicate").code == 2);
 }
+
+TEST_CASE("compare --atol/--rtol keeps the entry's bound: a golden with +inf bounds passes its own expected", "[cpu][L0]") {
+  // golden/optim/adamw_bf16_fused.h5 carries +inf bounds where the policy compares exactly; --atol 0
+  // --rtol 0 used to make the allowance 0 * inf = NaN, so the golden's own /expected failed with max_abs 0.
+  const std::string gp = std::string(ASSAY_SOURCE_DIR) + "/golden/optim/adamw_bf16_fused.h5";
+  const auto g = read_golden(gp);
+  auto d = tmpdir("compare_inf_bound");
+  {
+    auto h = h5::File::create((d / "self.h5").string());
+    h.create_group("/outputs");
+    for (const auto& o : g.outputs)
+      h.write("/outputs/" + o.expected.name, h5::Elem::f64, o.expected.shape, o.expected.data.data());
+  }
+  auto r = run("compare --atol 0 --rtol 0 " + gp + " " + (d / "self.h5").string());
+  INFO(r.out);
+  CHECK(r.code == 0);
+  CHECK_THAT(r.out, assay_test::Contains("--atol/--rtol"));
+}
+
+TEST_CASE("compare judges under the declared precision profile and refuses unknown ones", "[cpu][L0]") {
+  const auto g = read_golden(kGolden);
+  auto d = tmpdir("compare_profile");
+  write_candidate(d / "good.h5", g, [](double v, size_t) { return v; });
+  auto r = run("compare " + kGolden + " " + (d / "good.h5").string());
+  CHECK(r.code == 0);
+  CHECK_THAT(r.out, assay_test::Contains("(profile strict)"));
+  auto u = run("compare --profile tf99 " + kGolden + " " + (d / "good.h5").string());
+  INFO(u.out);
+  CHECK(u.code == 2);
+  CHECK(lines(u.out) == 1);
+  CHECK_THAT(u.out, assay_test::Contains("precision profile 'tf99' is not one of op scaled_add's profiles (strict)"));
+  {
+    auto h = h5::File::open_rw((d / "good.h5").string());
+    h.set_attr("/", "precision_profile", std::string("bf16-states"));
+  }
+  auto a = run("compare " + kGolden + " " + (d / "good.h5").string());
+  INFO(a.out);
+  CHECK(a.code == 2);
+  CHECK_THAT(a.out, assay_test::Contains("good.h5: attribute precision_profile"));
+  auto both = run("compare --profile strict " + kGolden + " " + (d / "good.h5").string());
+  CHECK(both.code == 2);
+  CHECK_THAT(both.out, assay_test::Contains("say one"));
+}

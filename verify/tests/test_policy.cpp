@@ -1,0 +1,238 @@
+// The tolerance policy as the gate uses it: profiles, the one element rule, NaN-safe bounds, and
+// every committed golden judged by the real fixtures/<op>.toml policy (issue 16, items 1, 2, 5, 6, 7).
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+
+#include "catch_compat.h"
+#include "reference/core/check.h"
+#include "verify/calibrate.h"
+#include "verify/compare.h"
+#include "verify/golden.h"
+#include "verify/tolerance.h"
+
+using namespace assay;
+namespace fs = std::filesystem;
+
+namespace {
+const std::string kFixtures = std::string(ASSAY_SOURCE_DIR) + "/fixtures";
+const std::string kGolden = std::string(ASSAY_SOURCE_DIR) + "/golden";
+
+struct TmpDir {
+  fs::path p;
+  explicit TmpDir(const std::string& tag) {
+    p = fs::temp_directory_path() / ("assay_policy_" + tag + "_" + std::to_string(::getpid()));
+    fs::remove_all(p);
+    fs::create_directories(p);
+  }
+  ~TmpDir() { fs::remove_all(p); }
+};
+
+void write(const fs::path& p, const std::string& s) {
+  std::ofstream f(p);
+  f << s;
+}
+
+const char* kProfiled = R"(op = "demo"
+[profiles]
+tf32 = "fp32 storage, TF32 products"
+[[tolerance]]
+output = "out"
+dtype = "fp32"
+rtol = 1e-6
+why = "strict: fp32 rounding"
+[[tolerance]]
+output = "out"
+dtype = "fp32"
+profile = "tf32"
+rtol = 1e-3
+why = "tf32: 2^-11 per product"
+[[case]]
+name = "c"
+level = "L0"
+)";
+
+Output out_golden(std::vector<double> v) {
+  Output o;
+  o.expected = Tensor{"out", {"T"}, {static_cast<int64_t>(v.size())}, DType::f32, std::move(v)};
+  return o;
+}
+
+std::vector<double> perfect_candidate(const Output& o) {
+  std::vector<double> v(o.expected.data.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (o.rounded) v[i] = decode(o.expected.dtype, (*o.rounded)[i]);
+    else v[i] = info(o.expected.dtype).is_float ? round_to(o.expected.dtype, o.expected.data[i]) : o.expected.data[i];
+  }
+  return v;
+}
+}  // namespace
+
+TEST_CASE("profiles: lookup by (output, dtype, profile), strict as the fallback, unknown profiles refused", "[cpu][L0]") {
+  TmpDir d("lookup");
+  write(d.p / "demo.toml", kProfiled);
+  TolerancePolicy p;
+  p.add_file((d.p / "demo.toml").string());
+  CHECK(p.profiles("demo") == std::vector<std::string>{"strict", "tf32"});
+  CHECK(p.lookup("demo", "out", DType::f32).rtol == 1e-6);
+  CHECK(p.lookup("demo", "out", DType::f32, "tf32").rtol == 1e-3);
+  CHECK(p.lookup("demo", "out", DType::f32, "tf32").profile == "tf32");
+  // A profile only lists what it changes: other outputs fall back to strict, then the defaults.
+  CHECK(p.lookup("demo", "other", DType::f32, "tf32").source == "default[fp32]");
+  CHECK_THROWS_AS(p.lookup("demo", "out", DType::f32, "bf16-states"), InputError);
+  try {
+    p.lookup("demo", "out", DType::f32, "bf16-states");
+  } catch (const InputError& e) {
+    CHECK_THAT(std::string(e.what()), assay_test::Contains("(strict, tf32)"));
+  }
+  // An entry naming an undeclared profile is an input error naming the entry.
+  std::string bad = kProfiled;
+  bad.replace(bad.find("profile = \"tf32\""), 16, "profile = \"tf33\"");
+  write(d.p / "demo.toml", bad);
+  TolerancePolicy q;
+  CHECK_THROWS_AS(q.add_file((d.p / "demo.toml").string()), InputError);
+}
+
+TEST_CASE("a failure names the profile under which it would pass", "[cpu][L0]") {
+  TmpDir d("hint");
+  write(d.p / "demo.toml", kProfiled);
+  TolerancePolicy p;
+  p.add_file((d.p / "demo.toml").string());
+  const auto g = out_golden({1.0, 2.0, 3.0});
+  const auto r = compare_with_policy(p, "demo", g, {1.0, 2.0 * (1 + 2e-4), 3.0});
+  CHECK(r.verdict == Verdict::Incorrect);
+  CHECK_THAT(r.hint, assay_test::Contains("profile 'tf32'"));
+  CHECK(compare_with_policy(p, "demo", g, {1.0, 2.0 * (1 + 2e-4), 3.0}, "tf32").verdict == Verdict::Passed);
+  // Wrong under every profile: no hint.
+  CHECK(compare_with_policy(p, "demo", g, {1.0, 2.5, 3.0}).hint.empty());
+}
+
+TEST_CASE("a bound term with factor 0 adds nothing: 0 * inf is not NaN, and NaN allows nothing", "[cpu][L0]") {
+  Output g = out_golden({1.0, -2.0, 0.5});
+  g.bound = std::vector<double>{INFINITY, INFINITY, INFINITY};
+  Tolerance t;  // atol = rtol = bound_k = 0: exact agreement required
+  CHECK(compare_tensor(g, {1.0, -2.0, 0.5}, t).verdict == Verdict::Passed);
+  CHECK(compare_tensor(g, {1.0, -2.0, std::nextafter(0.5, 1.0)}, t).verdict == Verdict::Incorrect);
+  g.bound = std::vector<double>{std::numeric_limits<double>::quiet_NaN(), 1.0, 1.0};
+  t.bound_k = 1.0;
+  CHECK(check_element(g, t, 0, 1.0).allowed == 0.0);
+  CHECK(check_element(g, t, 0, 1.0 + 1e-9).bad);
+}
+
+TEST_CASE("one element rule: check_element agrees with compare_tensor's mismatch count on every rule", "[cpu][L0]") {
+  // Circular distance, overflow-to-Inf in the output dtype and allowed encodings are all part of the
+  // verdict; the repro bundle's mismatch mask is check_element(...).bad, so it cannot disagree.
+  Output ang = out_golden({0.01, 6.27, 3.0, 1.0});
+  Tolerance per;
+  per.atol = 0.05;
+  per.period = 2 * M_PI;
+  const std::vector<double> a{6.28, 0.005, 3.1, 1.0};  // near 0 vs near 2pi: circular matches; 3.1 is off
+  const auto r = compare_tensor(ang, a, per);
+  int64_t bad = 0;
+  for (size_t i = 0; i < a.size(); ++i) bad += check_element(ang, per, i, a[i]).bad;
+  CHECK(r.mismatches == 1);
+  CHECK(bad == r.mismatches);
+  CHECK_FALSE(check_element(ang, per, 0, 6.28).bad);  // the old repro rule (no period) flagged this
+
+  Output big = out_golden({6.0 * 0x1p127, 1.0});  // rounds to +Inf in fp32
+  Tolerance t;
+  t.rtol = 1e-6;
+  CHECK_FALSE(check_element(big, t, 0, INFINITY).bad);  // the old repro rule flagged this
+  CHECK(check_element(big, t, 0, 3.4028234663852886e38).bad);
+}
+
+TEST_CASE("calibrate flags entries that no golden can select and default atols that swallow the signal", "[cpu][L0]") {
+  // A copy of scaled_add's fixture and goldens with a dead entry added (fp64 'out': the scaled_add
+  // goldens store bf16, fp32 and fp16). The same check found mamba3's bf16/fp16 state entries and
+  // attention's fp16 gradient entries.
+  TmpDir d("dead");
+  fs::create_directories(d.p / "fixtures");
+  fs::create_directories(d.p / "golden" / "scaled_add");
+  fs::copy(kGolden + "/scaled_add", d.p / "golden" / "scaled_add", fs::copy_options::recursive);
+  std::ifstream in(kFixtures + "/scaled_add.toml");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto at = text.find("[[case]]");
+  text.insert(at, "[[tolerance]]\noutput = \"out\"\ndtype = \"fp64\"\nrtol = 1e-6\nwhy = \"dead\"\n\n");
+  write(d.p / "fixtures" / "scaled_add.toml", text);
+  CalibrateOptions o;
+  o.fixtures_dir = (d.p / "fixtures").string();
+  o.golden_dir = (d.p / "golden").string();
+  o.ops = {"scaled_add"};
+  const auto rep = calibrate(o);
+  REQUIRE(rep.ops.size() == 1);
+  CHECK_FALSE(rep.ok());
+  bool dead = false;
+  for (const auto& p : rep.ops[0].problems) dead = dead || p.find("can never be selected") != std::string::npos;
+  CHECK(dead);
+  // The unmodified fixture calibrates.
+  o.fixtures_dir = kFixtures;
+  CHECK(calibrate(o).ok());
+}
+
+TEST_CASE("every committed golden: a perfect candidate passes under the real policy, a 50% error fails", "[cpu][L0]") {
+  // The golden's own expected values (as the output dtype stores them) must pass under every
+  // profile; and for every output, halving the element of smallest non-zero magnitude must fail
+  // unless the entry's own derivation allows it (its bound, rtol or documented atol >= 0.5 |e|).
+  // Before issue 16 this failed twice: `xhat` 3.76e-37 for 7.5e-37 passed under the fp32 default
+  // atol, and a +inf bound with bound_k = 0 made allowed = NaN (the golden failed itself).
+  TolerancePolicy policy = TolerancePolicy::load(kFixtures);
+  int64_t checked = 0;
+  for (const auto& opdir : fs::directory_iterator(kGolden)) {
+    if (!opdir.is_directory()) continue;
+    const std::string op = opdir.path().filename().string();
+    for (const auto& f : fs::directory_iterator(opdir.path())) {
+      if (f.path().extension() != ".h5") continue;
+      const Golden g = read_golden(f.path().string());
+      for (const auto& o : g.outputs) {
+        const auto cand = perfect_candidate(o);
+        for (const auto& prof : policy.profiles(op)) {
+          const auto r = compare_with_policy(policy, op, o, cand, prof);
+          INFO(f.path().string() << " output " << o.expected.name << " profile " << prof << ": " << r.summary());
+          CHECK(r.verdict == Verdict::Passed);
+        }
+        // Halve the smallest non-zero finite element.
+        size_t k = cand.size();
+        for (size_t i = 0; i < cand.size(); ++i)
+          if (std::isfinite(cand[i]) && cand[i] != 0 && (k == cand.size() || std::fabs(cand[i]) < std::fabs(cand[k]))) k = i;
+        if (k == cand.size() || !info(o.expected.dtype).is_float) continue;
+        const Tolerance tol = policy.lookup(op, o.expected.name, o.expected.dtype);
+        const double e = o.expected.data[k];
+        // An explicit entry's atol is part of its derivation (its `why`); a per-dtype default's is not.
+        const double derived = tol.rtol * std::fabs(e) + (o.bound && tol.bound_k > 0 ? tol.bound_k * (*o.bound)[k] : 0.0) +
+                               (tol.is_default() ? 0.0 : tol.atol);
+        if (derived >= 0.5 * std::fabs(e) || tol.max_mismatch > 0) continue;  // the derivation itself allows it
+        auto wrong = cand;
+        wrong[k] = round_to(o.expected.dtype, 0.5 * cand[k]);
+        if (wrong[k] == cand[k]) continue;  // a subnormal that halving cannot change in this dtype
+        const auto r = compare_tensor(o, wrong, tol);
+        INFO(f.path().string() << " output " << o.expected.name << " halved at " << o.expected.index_str(static_cast<int64_t>(k))
+                               << " (" << cand[k] << " -> " << wrong[k] << "): " << r.summary() << " [" << tol.source << "]");
+        CHECK(r.verdict == Verdict::Incorrect);
+        ++checked;
+      }
+    }
+  }
+  CHECK(checked > 100);
+}
+
+TEST_CASE("state outputs keep their documented dtype whatever the case's dtype.out", "[cpu][L0]") {
+  // ssd.h and gated_delta.h: final / varlen / chunk states are fp32 (upstream returns fp32 states).
+  // ssd/fp16_t65 used to record final_states as fp16 (the binding fell back to dtype.out), so an
+  // upstream kernel returning fp32 states was judged by the fp16 rule and rejected.
+  int64_t n = 0;
+  for (const auto& [op, names] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"ssd", {"final_states", "varlen_states"}}, {"gated_delta", {"final_state"}}}) {
+    for (const auto& f : fs::directory_iterator(kGolden + "/" + op)) {
+      if (f.path().extension() != ".h5") continue;
+      const Golden g = read_golden(f.path().string());
+      for (const auto& nm : names)
+        if (const Output* o = g.output(nm)) {
+          INFO(f.path().string() << " " << nm);
+          CHECK(o->expected.dtype == DType::f32);
+          ++n;
+        }
+    }
+  }
+  CHECK(n > 10);
+}
