@@ -231,6 +231,21 @@ TEST_CASE("the plugin loader refuses bad libraries with one line", "[cpu][L0]") 
   }
 }
 
+TEST_CASE("plugin ABI: version 1 tables load as strict, version 2 carries the precision profile", "[cpu][L0]") {
+  const auto v1 = kernels::load_plugin(FAKE_PLUGIN_V1);
+  REQUIRE(v1 == std::vector<std::string>{"fake_v1_a", "fake_v1_b"});  // the v1 stride, not v2's
+  CHECK(kernels::find_kernel("fake_v1_b")->profile == "strict");
+  kernels::load_plugin(FAKE_PLUGIN_V2);
+  CHECK(kernels::find_kernel("fake_v2_b")->profile == "strict");
+  kernels::load_plugin(FAKE_PLUGIN_V2BAD);
+  CHECK(kernels::find_kernel("fake_v2bad_b")->profile == "no-such-profile");
+  // The gate refuses a kernel whose profile its op does not declare, before running anything.
+  auto r = run(std::string("verify --plugin ") + FAKE_PLUGIN_V2BAD + " --kernel 'fake_*'");
+  INFO(r.out);
+  CHECK(r.code == 2);
+  CHECK_THAT(r.out, assay_test::Contains("precision profile 'no-such-profile' is not one of op scaled_add's profiles"));
+}
+
 TEST_CASE("reports: JSON counts and exit code, JUnit failure/error/skipped", "[cpu][L0]") {
   RunReport r;
   r.device = nlohmann::json{{"name", "Fake GPU"}, {"driver", "1.2"}, {"cuda_runtime", "13.0"}};
