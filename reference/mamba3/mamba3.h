@@ -46,7 +46,9 @@
 //   trapezoid weights are already >= 0), i.e. sum over all products of |terms|. For the fused
 //   RMSNorm the magnitude is scaled by the same rsqrt(mean(y^2)+eps) as the value. A tolerance is
 //   then c * eps_dtype * bound elementwise. Also given for the final SSM state, the final K
-//   (|u||cos| + |w||sin| per rotated pair: the rounding scale of a rotation) and the final angle
+//   (|u| + |w| for both elements of a rotated pair (u, w) = biased key: the scale of a rotation,
+//   which covers rounding of u and w and an angle error delta alike, since each element moves by
+//   at most |delta| (|u| + |w|); |k^| for dims that are not rotated) and the final angle
 //   (|angle_state| + sum_t pi |tanh(Angles_t)| DT_t: the scale of the kernels' fp32 cumsum with
 //   tanh.approx; compare angles circularly, they live in [0, 2pi)).
 //
@@ -179,7 +181,7 @@ struct Result {
   std::vector<double> final_ssm;    // (NS, H, P, N)
   std::vector<double> final_ssm_bound;
   std::vector<double> final_k;      // SISO (NS, H, N); MIMO (NS, R, H, N)
-  std::vector<double> final_k_bound;  // |u||cos| + |w||sin| per rotated pair, |k^| elsewhere
+  std::vector<double> final_k_bound;  // |u| + |w| for both elements of a rotated pair, |k^| elsewhere
   std::vector<double> final_v;      // (NS, H, P)
   std::vector<double> chunk_states; // (NC, H, P, N) folded start state of every chunk
   std::vector<int64_t> chunk_seq, chunk_start;  // (NC,) sequence id and first token (row index)

@@ -34,7 +34,9 @@ double silu_t(double x) {  // the TileLang kernel's form: 0.5x tanh(0.5x) + 0.5x
   return hx * std::tanh(hx) + hx;
 }
 double bf(double x) { return round_to(DType::bf16, x); }
-void bf_inplace(Mat& m) { m = m.unaryExpr([](double x) { return bf(x); }); }
+// Variant::bf16_kernel: a rounding point of the kernel, to its activation dtype pb.kernel_dtype.
+double kr(const Problem& pb, double x) { return round_to(pb.kernel_dtype, x); }
+void kr_inplace(const Problem& pb, Mat& m) { m = m.unaryExpr([&pb](double x) { return kr(pb, x); }); }
 
 struct SeqData {
   int64_t len = 0;
@@ -81,7 +83,7 @@ void chunk_core(const Problem& pb, const SeqData& sd, Mat& H, Mat& Y, double* ch
     if (var == Variant::no_state_passing && c0 > 0) H.setZero();  // nothing carried into chunk c > 0
     // Inter-chunk: exp(Acum_l) * S_c q_l.
     Mat Hq = H;
-    if (var == Variant::bf16_kernel) bf_inplace(Hq);
+    if (var == Variant::bf16_kernel) kr_inplace(pb, Hq);
     Mat Yc = Qc * Hq.transpose();
     for (int64_t i = 0; i < rows; ++i) Yc.row(i) *= std::exp(acum[i / R]);
     // Intra-chunk, strictly below the diagonal on the time index.
@@ -91,7 +93,7 @@ void chunk_core(const Problem& pb, const SeqData& sd, Mat& H, Mat& Y, double* ch
         const int64_t ti = i / R, tj = j / R;
         const bool below = var == Variant::row_mask ? i > j : ti > tj;
         Sm(i, j) = below ? Sm(i, j) * std::exp(seg(ti, tj)) * sd.scale[c0 + tj] : 0.0;
-        if (var == Variant::bf16_kernel) Sm(i, j) = bf(Sm(i, j));
+        if (var == Variant::bf16_kernel) Sm(i, j) = kr(pb, Sm(i, j));
       }
     if (var == Variant::no_intra) Sm.setZero();
     Yc.noalias() += Sm * Vc;
@@ -111,7 +113,7 @@ void chunk_core(const Problem& pb, const SeqData& sd, Mat& H, Mat& Y, double* ch
     // State passing: S <- exp(Acum_last) S + sum_j exp(seg(last, j)) scale_j v_j k_j^T.
     Mat Vw = Vc;
     for (int64_t j = 0; j < rows; ++j) Vw.row(j) *= std::exp(seg(L - 1, j / R)) * sd.scale[c0 + j / R];
-    if (var == Variant::bf16_kernel) bf_inplace(Vw);
+    if (var == Variant::bf16_kernel) kr_inplace(pb, Vw);
     if (var != Variant::no_chunk_decay) H *= std::exp(acum[L - 1]);
     H.noalias() += Vw.transpose() * Kc;
   }
@@ -170,6 +172,32 @@ void run_one(const Problem& pb, int64_t n, int64_t h, Result& res) {
   std::vector<double> ang_state(S);
   for (int64_t s = 0; s < S; ++s)
     ang_state[s] = len > 0 ? reduce_2pi(st_hi[s], st_lo[s]) : st_hi[s];  // empty: passes through
+  if (pb.bf16_angles) {
+    // Triton SISO angle path (angle_dt_fwd_kernel): fp32 increments pi*tanh(A)*DT, fp32 chunk-local
+    // cumsum plus the fp32 carried state, mod 2pi (fused multiply-add, as Triton fuses), each token's
+    // angle STORED in the Angles dtype (bf16) and read back by the SISO kernel for its rotation; the
+    // state reduced mod 2pi after every chunk and returned in bf16. (tanh.approx is not emulated.)
+    const float two_pi = static_cast<float>(kTwoPi), pi = static_cast<float>(kPi);
+    auto mod2pi = [two_pi](float x) { return std::fma(-two_pi, std::floor(x / two_pi), x); };
+    std::vector<float> st(S, 0.0f);
+    if (pb.init_ssm)
+      for (int64_t s = 0; s < S; ++s) st[s] = static_cast<float>(pb.init_angle[pb.ist_angle(n, h) + s]);
+    for (int64_t c0 = 0; c0 < len; c0 += Qn) {
+      const int64_t L = std::min(Qn, len - c0);
+      std::vector<float> cs(S, 0.0f);
+      for (int64_t tl = 0; tl < L; ++tl) {
+        const int64_t t = t0 + c0 + tl;
+        const float dtv = static_cast<float>(pb.dt[pb.ibht(b, h, t)]);
+        for (int64_t s = 0; s < S; ++s) {
+          const float th = static_cast<float>(std::tanh(static_cast<float>(pb.angles[pb.iang(b, t, h) + s]))) * pi;
+          cs[s] += th * dtv;
+          phi[(c0 + tl) * S + s] = bf(mod2pi(cs[s] + st[s]));
+        }
+      }
+      for (int64_t s = 0; s < S; ++s) st[s] = mod2pi(st[s] + cs[s]);
+    }
+    for (int64_t s = 0; s < S; ++s) ang_state[s] = bf(st[s]);
+  }
 
   SeqData sd, sa;  // values and absolute values
   sd.len = sa.len = len;
@@ -229,10 +257,10 @@ void run_one(const Problem& pb, int64_t n, int64_t h, Result& res) {
     }
   }
   if (pb.variant == Variant::bf16_kernel) {  // rotated q/k and Psi*V live in bf16 in the kernels
-    bf_inplace(sd.q);
-    bf_inplace(sd.k);
-    bf_inplace(sd.v);
-    for (auto& x : sd.qkdiag) x = bf(x);
+    kr_inplace(pb, sd.q);
+    kr_inplace(pb, sd.k);
+    kr_inplace(pb, sd.v);
+    for (auto& x : sd.qkdiag) x = kr(pb, x);
   }
   sa.abs_pass = true;
   sa.q = sd.q.cwiseAbs();
@@ -293,7 +321,7 @@ void run_one(const Problem& pb, int64_t n, int64_t h, Result& res) {
   }
   Y = Y.cwiseProduct(F);
   Ya = Ya.cwiseProduct(F.cwiseAbs());
-  if (pb.variant == Variant::bf16_kernel) bf_inplace(Y);
+  if (pb.variant == Variant::bf16_kernel) kr_inplace(pb, Y);
 
   for (int64_t tl = 0; tl < len; ++tl) {
     const int64_t t = t0 + tl;
@@ -307,7 +335,7 @@ void run_one(const Problem& pb, int64_t n, int64_t h, Result& res) {
         o += ph.cwiseProduct(Y.row(tl * R + r).transpose());
         oa += ph.cwiseAbs().cwiseProduct(Ya.row(tl * R + r).transpose());
       }
-      if (pb.variant == Variant::bf16_kernel) o = o.unaryExpr([](double x) { return bf(x); });
+      if (pb.variant == Variant::bf16_kernel) o = o.unaryExpr([&pb](double x) { return kr(pb, x); });
     } else {
       for (int64_t r = 0; r < R; ++r)
         for (int64_t p = 0; p < P; ++p) {
@@ -342,11 +370,8 @@ void run_one(const Problem& pb, int64_t n, int64_t h, Result& res) {
       kf[j] = sd.k(row, j);
       kb[j] = std::fabs(kh(row, j));
     }
-    for (int64_t i = 0; i < S; ++i) {
-      const double c = std::cos(phi[(len - 1) * S + i]), s = std::sin(phi[(len - 1) * S + i]);
-      kb[ia[i]] = std::fabs(kh(row, ia[i]) * c) + std::fabs(kh(row, ib[i]) * s);
-      kb[ib[i]] = std::fabs(kh(row, ia[i]) * s) + std::fabs(kh(row, ib[i]) * c);
-    }
+    for (int64_t i = 0; i < S; ++i)  // the pair's rotation scale |u| + |w| (mamba3.h)
+      kb[ia[i]] = kb[ib[i]] = std::fabs(kh(row, ia[i])) + std::fabs(kh(row, ib[i]));
   }
   for (int64_t p = 0; p < P; ++p)
     res.final_v[pb.ist_v(n, h) + p] =

@@ -37,8 +37,8 @@ enum class Pairing { adjacent, half_split };
 
 // Deliberate bugs for the CPU mutant tests (tests/test_mamba3.cpp) and calibration; honoured by the
 // chunked form only. `bf16_kernel` is not a bug: it rounds at the bf16 kernels' rounding points
-// (rotated q/k, Psi*V, scores, the carried state, the trap-scaled k, the output) to emulate a
-// correct bf16 kernel that a tolerance must accept.
+// (rotated q/k, Psi*V, scores, the carried state, the trap-scaled k, the output) to
+// Problem::kernel_dtype, to emulate a correct bf16 (or fp16) kernel that a tolerance must accept.
 enum class Variant {
   exact,
   bf16_kernel,
@@ -60,6 +60,13 @@ struct Problem {
   bool fused_norm = false;
   double norm_eps = 1e-5;
   Variant variant = Variant::exact;
+  // Calibration knob (chunked form only, independent of `variant`): emulate the Triton SISO angle
+  // path, which stores every token's cumulative angle and the final angle state in bf16 (the dtype
+  // of Angles) after an fp32 cumsum; the rotations then use the stored bf16 angles.
+  bool bf16_angles = false;
+  // The dtype of Variant::bf16_kernel's rounding points (the kernel's activation dtype: bf16, or
+  // fp16 for an fp16 run).
+  DType kernel_dtype = DType::bf16;
   bool mimo = false;  // final_k layout (NS, R, H, N) vs (NS, H, N): same memory for R = 1
 
   // Inputs (nullptr = absent). Layouts as in mamba3.h (SISO with R = 1).

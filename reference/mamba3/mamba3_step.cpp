@@ -31,8 +31,7 @@ void rotate_inplace(const Problem& pb, const std::vector<double>& phi, double* x
     x[a] = u * c - w * s;
     x[b] = u * s + w * c;
     if (xa) {
-      xa[a] = std::fabs(u * c) + std::fabs(w * s);
-      xa[b] = std::fabs(u * s) + std::fabs(w * c);
+      xa[a] = xa[b] = std::fabs(u) + std::fabs(w);  // the pair's rotation scale (mamba3.h)
     }
   }
 }
