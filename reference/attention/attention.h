@@ -106,7 +106,7 @@ enum class Mutant {
   none,
   first_kv_tile_only,   // the KV loop stops after its first tile
   no_o_rescale,         // O accumulator not rescaled when the running max grows (l still is)
-  no_max_subtraction,   // exp(s) without the running max: overflows on large scores
+  no_max_subtraction,   // exp(s) without the running max: overflows (fp32 exp, s > ~88.7)
   gqa_modulo,           // KV head h % Hkv instead of h / (Hq / Hkv)
   causal_top_left,      // causal / window aligned top-left (FA < 2.1): offset sk - sq dropped
   window_exclusive,     // window bounds exclusive instead of inclusive

@@ -121,7 +121,12 @@ struct Engine {
         }
         const double alpha = std::exp(m[r] - m_new);  // 0 when m was -inf
         double rs = 0;
-        for (int64_t c = 0; c < jn; ++c) rs += (P(r, c) = std::exp(S(r, c) - m_new));
+        for (int64_t c = 0; c < jn; ++c) {
+          double e = std::exp(S(r, c) - m_new);
+          // The mutant models a kernel's fp32 exp: it overflows past FLT_MAX (scores > ~88.7).
+          if (no_max && e > std::numeric_limits<float>::max()) e = std::numeric_limits<double>::infinity();
+          rs += (P(r, c) = e);
+        }
         l[r] = l[r] * alpha + rs;
         if (p.mutant != Mutant::no_o_rescale) Acc.row(r) *= alpha;
         m[r] = m_new;
