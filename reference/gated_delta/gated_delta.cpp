@@ -341,18 +341,27 @@ Result chunked(const Params& p, const Inputs& in) {
           for (int64_t m = j; m < i; ++m) acc += A(i, m) * Tm(m, j);
           Tm(i, j) = sgn * acc;
         }
+      // Calibration roundings (emulate_*: see gated_delta.h); no-ops for goldens.
+      auto rnd = [](Mat& m, const std::optional<DType>& t) {
+        if (t)
+          for (int64_t x = 0; x < m.size(); ++x) m.data()[x] = round_to(*t, m.data()[x]);
+      };
+      const auto& inter = p.emulate_intermediate_dtype;
       Mat bV = Vc, bK = Kc;
       for (int64_t i = 0; i < L; ++i) {
         const double eG = std::exp(excl ? Gex(i) : Gin(i));
         bV.row(i) *= mu == Mutant::u_with_decay ? b(i) * eG : b(i);
         bK.row(i) *= mu == Mutant::w_without_decay ? b(i) : b(i) * eG;
       }
-      const Mat u = Tm * bV;
-      const Mat w = Tm * bK;
+      Mat u = Tm * bV;
+      Mat w = Tm * bK;
+      rnd(u, inter);
+      rnd(w, inter);
       Mat Sh = S;  // the chunk-start state as the output and v_new read it
-      if (p.emulate_h_dtype)
-        for (int64_t x = 0; x < KV; ++x) Sh.data()[x] = round_to(*p.emulate_h_dtype, Sh.data()[x]);
-      const Mat vnew = u - w * Sh;
+      rnd(Sh, p.emulate_h_dtype);
+      const Mat vnew_acc = u - w * Sh;  // fp32 in the kernel (the state update reads this one)
+      Mat vnew = vnew_acc;              // as stored, read by the output
+      rnd(vnew, inter);
       // Output: inter-chunk part e^{G_i} q_i^T S0, intra-chunk part with the decay mask (diag included).
       Mat QS = Q * Sh;
       const Mat QKt = Q * Kc.transpose();
@@ -368,8 +377,9 @@ Result chunked(const Params& p, const Inputs& in) {
         for (int64_t x = 0; x < V; ++x) r.o[tv * V + x] = O(i, x);
       }
       // State update: S <- e^{G_last} S0 + K^T (exp(D(L-1, j)) vn_j).
-      Mat dV = vnew;
+      Mat dV = vnew_acc;
       for (int64_t j = 0; j < L; ++j) dV.row(j) *= std::exp(D(L - 1, j));
+      rnd(dV, inter);
       S = std::exp(Gin(L - 1)) * S + Kc.transpose() * dV;
     }
     store_state(S.data(), p.state_layout, K, V, r.final_state.data() + (s.n * HV + hv) * KV);
@@ -380,7 +390,8 @@ Result chunked(const Params& p, const Inputs& in) {
 // ---------------------------------------------------------------------------------------------
 
 OracleResult run(const Params& p, const Inputs& in, DType o_dtype, DType chunk_state_dtype) {
-  ASSAY_INPUT_CHECK(!p.emulate_h_dtype, "gated_delta: emulate_h_dtype is a calibration knob, not for goldens");
+  ASSAY_INPUT_CHECK(!p.emulate_h_dtype && !p.emulate_intermediate_dtype,
+                    "gated_delta: emulate_* are calibration knobs, not for goldens");
   const Result a = recurrent(p, in);
   const Result b = chunked(p, in);
   const bool varlen = !p.cu_seqlens.empty();

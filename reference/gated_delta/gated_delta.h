@@ -112,10 +112,22 @@ struct Params : Options {
   int64_t B = 1, T = 0, H = 1, HV = 1, K = 0, V = 0;
   std::vector<int64_t> cu_seqlens;  // empty: no varlen; else [Nseq + 1], needs B == 1
   int64_t chunk_size = 64;          // chunked form's chunk; also the grid of chunk_states
-  // Chunked form only, for calibration (NOT for goldens): emulate a kernel that stores the
-  // chunk-start states h in this dtype (fla: k.dtype, bf16 in bf16 runs) and reads the rounded h in
-  // v_new = u - w h and in the inter-chunk output term, while the carried state stays exact.
+  // Chunked form only, for calibration (NOT for goldens; run() refuses them). Emulate fla's chunk
+  // path (chunk_delta_h / recompute_w_u / chunk_o), whose intermediates live in k.dtype (bf16 in
+  // bf16 runs) while the carried state stays fp32 (here: exact):
+  //   emulate_h_dtype             the chunk-start states h [K, V] as stored and read by v_new = u - w h
+  //                               and by the inter-chunk output q h, the first one being the
+  //                               initial state cast to this dtype;
+  //   emulate_intermediate_dtype  w and u (stored by recompute_w_u), v_new (stored, read by chunk_o)
+  //                               and v_new exp(G_last - G) (cast before the state update K^T (.)).
+  // Each rounding is round_to(dtype, fp64 value): one rounding per stored / cast tensor, fp64 dots.
+  // NOT emulated (fla also does them in bf16 runs): the solve's output T = (I + A)^-1 stored in
+  // k.dtype, beta v and beta e^G k cast before their dots with T, and the masked intra-chunk matrix
+  // cast before its dot with v_new. With those too, the final state lands far outside any multiple of
+  // the last-step final_state_bound (T's rounding error is spread over every later token), so a
+  // propagated-error bound would be needed to calibrate them.
   std::optional<DType> emulate_h_dtype;
+  std::optional<DType> emulate_intermediate_dtype;
 };
 
 struct Inputs {
@@ -142,7 +154,7 @@ struct Result {
 //        [Nseq,HV,K,V] (or [..,V,K]); all fp64 (values already rounded to their storage dtype).
 //   Out: o [B,T,HV,V], final_state, chunk_states (snapshots at every chunk_size-th token of each
 //        sequence), o_bound, final_state_bound; all fp64. Implements Mutant::none / missing_alpha
-//        only (other mutants are ignored: they are chunked-form bugs). Ignores emulate_h_dtype.
+//        only (other mutants are ignored: they are chunked-form bugs). Ignores the emulate_* knobs.
 Result recurrent(const Params& p, const Inputs& in);
 // chunked: the WY / UT form (spec 3.3) with chunk Q = chunk_size, chunk grid per sequence, the last
 //   chunk partial (equivalent to fla's zero padding with g = 0, beta = 0). Same tensors as

@@ -187,14 +187,24 @@ OracleResult oracle(const Params& p, const Inputs& in);
 //         exp(min(., 0)), the state-passing accumulator, D*x, the z gate, all accumulators;
 //   `io` (x.dtype): cb*decay*Delta before the dot with x; B*decay*Delta before the dot with x in
 //         chunk_state; C and the start states before their dot in chunk_scan; the output;
-//   `state` (state_dtype, default C.dtype): the per-chunk start states handed to chunk_scan.
+//   `state` (state_dtype, default C.dtype): the per-chunk start states handed to chunk_scan;
+//   `tf32_dots` (Triton tl.dot with allow_tf32 on fp32 operands): every operand of the four dot
+//         products (C.B in _bmm_chunk_fwd; (cb*decay*Delta).x and C.state in chunk_scan;
+//         x^T (B*scale) in chunk_state / chunk_state_varlen) is rounded to TF32 (10 explicit
+//         mantissa bits, RNE; round_tf32) after its io / state cast; the products of two TF32
+//         values are exact in fp32 and accumulate in fp32.
 // Accumulation order is sequential (a GPU's tensor-core order differs; same error scale).
 // The inputs should already be representable in their storage dtypes. Returns out, final_states
-// (fp32 values) and chunk_states (as stored, in `state`); no bounds.
+// (fp32 values), chunk_states (as stored, in `state`) and, with cu_seqlens, varlen_states (fp32,
+// computed the chunk_state_varlen way from the stored chunk states, plus initial_states for a
+// sequence 0 that ends inside chunk 0: the math, as the golden); no bounds.
 struct KernelPrecision {
   DType io = DType::bf16;
   DType state = DType::bf16;
+  bool tf32_dots = false;
 };
+// x rounded to TF32 (fp32 exponent range, 10 explicit mantissa bits), round-to-nearest-even.
+double round_tf32(double x);
 Result chunked_kernel_precision(const Params& p, const Inputs& in, const KernelPrecision& kp);
 
 // The kernels' dA_cumsum intermediate [B, H, nchunks, Q]: chunk-local inclusive cumsum of

@@ -3,6 +3,8 @@
 // tolerance calibration only; see ssd.h.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "reference/core/dtype.h"
@@ -15,6 +17,20 @@ float rnd(DType t, float v) { return static_cast<float>(round_to(t, static_cast<
 float f32(double v) { return static_cast<float>(v); }  // RNE double -> float
 float sigmoidf(float v) { return 1.0f / (1.0f + std::exp(-v)); }
 }  // namespace
+
+double round_tf32(double x) {
+  // Round the fp32 value to 10 explicit mantissa bits (RNE) by clearing the low 13 bits.
+  const float f = static_cast<float>(x);
+  if (!std::isfinite(f)) return f;
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  const uint32_t lsb = (u >> 13) & 1u;
+  u += 0x0FFFu + lsb;
+  u &= ~0x1FFFu;
+  float r;
+  std::memcpy(&r, &u, sizeof r);
+  return r;
+}
 
 Result chunked_kernel_precision(const Params& p, const Inputs& in, const KernelPrecision& kp) {
   validate(p, in);
@@ -36,6 +52,8 @@ Result chunked_kernel_precision(const Params& p, const Inputs& in, const KernelP
   }
   r.dt_processed.assign(delta.begin(), delta.end());
   const bool d_per_p = static_cast<int64_t>(in.D.size()) == H * P;
+  // A dot operand as the tensor core reads it: TF32 with allow_tf32, else the fp32 value itself.
+  auto dop = [&](float v) { return kp.tf32_dots ? static_cast<float>(round_tf32(v)) : v; };
 #pragma omp parallel for schedule(static)
   for (int64_t bh = 0; bh < B * H; ++bh) {
     const int64_t b = bh / H, h = bh % H, g = h / hpg;
@@ -72,14 +90,14 @@ Result chunked_kernel_precision(const Params& p, const Inputs& in, const KernelP
         for (int64_t s = 0; s <= l; ++s) {
           float cb = 0.0f;
           if (seq(t0 + l) == seq(t0 + s))
-            for (int64_t n = 0; n < N; ++n) cb = cb + Cv(l, n) * Bv(s, n);
+            for (int64_t n = 0; n < N; ++n) cb = cb + dop(Cv(l, n)) * dop(Bv(s, n));
           w[s] = rnd(kp.io, cb * std::exp(std::min(acum[l] - acum[s], 0.0f)) * dl[s]);
         }
         for (int64_t pp = 0; pp < P; ++pp) {
           float off = 0.0f;
-          for (int64_t n = 0; n < N; ++n) off = off + Cv(l, n) * Sio[pp * N + n];
+          for (int64_t n = 0; n < N; ++n) off = off + dop(Cv(l, n)) * dop(Sio[pp * N + n]);
           float y = off * sc_off;
-          for (int64_t s = 0; s <= l; ++s) y = y + w[s] * xv(s, pp);
+          for (int64_t s = 0; s <= l; ++s) y = y + dop(w[s]) * dop(xv(s, pp));
           const int64_t i = ((b * T + t0 + l) * H + h) * P + pp;
           if (!in.D.empty()) y = y + xv(l, pp) * f32(d_per_p ? in.D[h * P + pp] : in.D[h]);
           if (!in.z.empty()) {
@@ -95,7 +113,7 @@ Result chunked_kernel_precision(const Params& p, const Inputs& in, const KernelP
         if (seq(t0 + s) != seq_end) continue;
         const float scale = std::exp(std::min(acum[Qc - 1] - acum[s], 0.0f)) * dl[s];
         for (int64_t pp = 0; pp < P; ++pp)
-          for (int64_t n = 0; n < N; ++n) st[pp * N + n] = st[pp * N + n] + xv(s, pp) * rnd(kp.io, Bv(s, n) * scale);
+          for (int64_t n = 0; n < N; ++n) st[pp * N + n] = st[pp * N + n] + dop(xv(s, pp)) * dop(rnd(kp.io, Bv(s, n) * scale));
       }
       // state passing, fp32.
       const float carry = seq_end == seq_prev ? std::exp(acum[Qc - 1]) : 0.0f;
@@ -103,6 +121,42 @@ Result chunked_kernel_precision(const Params& p, const Inputs& in, const KernelP
       seq_prev = seq_end;
     }
     for (int64_t i = 0; i < PN; ++i) r.final_states[bh * PN + i] = S[i];
+  }
+  // chunk_state_varlen (B == 1): sequence n = [st, e) ends in chunk c = (e-1)/Q; chunk-local sum
+  // from max(st, cQ) with B*scale cast to io, plus exp(Acum_{e-1}) * the stored start state of
+  // chunk c when the sequence began before it (or, for sequence 0 with initial_states ending in
+  // chunk 0, the initial state: the golden's math, see recurrence()).
+  if (!in.cu_seqlens.empty()) {
+    const int64_t S = static_cast<int64_t>(in.cu_seqlens.size()) - 1;
+    r.varlen_states.assign(S * H * PN, 0.0);
+    for (int64_t n = 0; n < S; ++n) {
+      const int64_t st = in.cu_seqlens[n], e = in.cu_seqlens[n + 1];
+      if (e <= st) continue;
+      const int64_t c = (e - 1) / Q, t0 = c * Q;
+      for (int64_t h = 0; h < H; ++h) {
+        const int64_t g = h / hpg;
+        const float A = f32(in.A[h]);
+        std::vector<float> acum(e - t0);
+        float acc = 0.0f;
+        for (int64_t t = t0; t < e; ++t) acum[t - t0] = acc = acc + delta[t * H + h] * A;
+        const float last = acum[e - 1 - t0];
+        std::vector<float> v(PN, 0.0f);
+        for (int64_t t = std::max(st, t0); t < e; ++t) {
+          const float scale = std::exp(std::min(last - acum[t - t0], 0.0f)) * delta[t * H + h];
+          for (int64_t pp = 0; pp < P; ++pp)
+            for (int64_t nn = 0; nn < N; ++nn)
+              v[pp * N + nn] = v[pp * N + nn] + dop(f32(in.x[(t * H + h) * P + pp])) *
+                                                     dop(rnd(kp.io, f32(in.B[(t * G + g) * N + nn]) * scale));
+        }
+        const bool carry = st < t0 || (n == 0 && st == 0 && !in.initial_states.empty());
+        if (carry) {
+          const float dec = std::exp(std::min(last, 0.0f));
+          for (int64_t i = 0; i < PN; ++i)
+            v[i] = v[i] + dec * static_cast<float>(r.chunk_states[(c * H + h) * PN + i]);
+        }
+        for (int64_t i = 0; i < PN; ++i) r.varlen_states[(n * H + h) * PN + i] = v[i];
+      }
+    }
   }
   return r;
 }

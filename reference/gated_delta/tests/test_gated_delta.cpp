@@ -270,53 +270,8 @@ TEST_CASE("the missing-alpha mutant is told apart from the truth", "[cpu][L0]") 
     CHECK(e_o > 1e-3);
     CHECK(e_s > 1e-3);
   }
-  // bf16 view of the production case: inputs rounded to bf16; the truth rounded to bf16 (what a
-  // perfect kernel with a bf16 output returns) vs the mutant, as fla's RMS ratio. Two regimes:
-  //   iid:  l2 keys, i.i.d. uniform, gates -U(0, 0.3), beta U(0, 1), T = 512, K = V = 64;
-  //   dict: l2 keys drawn from 8 directions + 30 % noise (tokens recur, so S^T k is large, which is
-  //         what the missing alpha scales), gates -U(0, 1), beta U(0.5, 1), T = 256, K = V = 64.
-  // The dict regime is the recommended fixture for killing this mutant in bf16.
-  struct Bf16Regime {
-    const char* what;
-    int64_t T;
-    int dict;
-    double gate_hi, beta_lo, min_ratio;
-  };
-  for (const Bf16Regime& R : {Bf16Regime{"iid keys", 512, 0, 0.3, 0.0, 5.0}, Bf16Regime{"dict keys", 256, 8, 1.0, 0.5, 30.0}}) {
-    Params p = base(1, R.T, 2, 4, 64, 64, 64);
-    p.qk_l2norm = true;
-    Gen gen;
-    gen.gate_hi = R.gate_hi, gen.beta_lo = R.beta_lo;
-    Inputs in = make_inputs(p, 33, gen);
-    if (R.dict) {
-      Rng rd(34);
-      const std::vector<double> dict = rd.vec(R.dict * 64);
-      for (int64_t t = 0; t < p.T * p.H; ++t) {
-        const int64_t d = static_cast<int64_t>(rd.u01() * R.dict);
-        for (int64_t x = 0; x < 64; ++x) in.k[t * 64 + x] = dict[d * 64 + x] + 0.3 * rd.uni();
-      }
-    }
-    for (auto* x : {&in.q, &in.k, &in.v, &in.g, &in.beta, &in.initial_state})
-      for (auto& v : *x) v = round_to(DType::bf16, v);
-    const Result truth = chunked(p, in);
-    std::vector<double> tb = truth.o;
-    for (auto& v : tb) v = round_to(DType::bf16, v);
-    Params pm = p;
-    pm.mutant = Mutant::missing_alpha;
-    const Result m = chunked(pm, in);
-    // A correct kernel-like answer: chunk-start states stored in bf16, output rounded to bf16.
-    Params pk = p;
-    pk.emulate_h_dtype = DType::bf16;
-    std::vector<double> kb = chunked(pk, in).o;
-    for (auto& v : kb) v = round_to(DType::bf16, v);
-    const double e_round = rms_ratio(tb, truth.o), e_kern = rms_ratio(kb, truth.o), e_mut = rms_ratio(m.o, truth.o);
-    std::printf("[gated_delta] bf16, l2 keys, %s (T=%lld K=V=64): rms_ratio truth->bf16 %.3e, bf16-h kernel-like "
-                "%.3e (max_rel %.3e), missing-alpha mutant %.3e (max_rel %.3e); mutant / kernel-like = %.1f\n",
-                R.what, static_cast<long long>(R.T), e_round, e_kern, agreement_rel(kb, truth.o), e_mut,
-                agreement_rel(m.o, truth.o), e_mut / e_kern);
-    CHECK(e_kern >= e_round * 0.5);  // the emulation adds error, it does not remove the output rounding
-    CHECK(e_mut > R.min_ratio * e_kern);
-  }
+  // How far the mutant lands from a correct bf16 kernel, under the real tolerance policy, is
+  // assay calibrate's job (variants in fixtures/gated_delta.cpp, CTest calibrate.gated_delta).
 }
 
 TEST_CASE("chunked-form mutants fail, and are invisible exactly where they should be", "[cpu][L0]") {
@@ -620,6 +575,15 @@ TEST_CASE("degenerate shapes and input checks", "[cpu][L0]") {
   Params pe = q;
   pe.emulate_h_dtype = DType::bf16;
   CHECK_THROWS_AS(run(pe, a), assay::InputError);
+  Params pi = q;
+  pi.emulate_intermediate_dtype = DType::bf16;
+  CHECK_THROWS_AS(run(pi, a), assay::InputError);
+  // fp32 emulation knobs change the chunked form only at fp32 rounding level.
+  Params pf = q;
+  pf.emulate_h_dtype = DType::f32, pf.emulate_intermediate_dtype = DType::f32;
+  const double ef = agreement_rel(chunked(pf, a).o, chunked(q, a).o);
+  CHECK(ef > 0.0);
+  CHECK(ef < 1e-5);
 }
 
 // Hidden: run with  test_gated_delta "[bench]"

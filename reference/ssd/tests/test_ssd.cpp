@@ -1,6 +1,8 @@
 // Tests of the Mamba-2 SSD oracles (reference/ssd): the two forms agree for every chunk size, the
 // semantics (dt processing, D before the gate, groups, initial states, packed sequences) are
-// checked against independent scalar computations, and every chunked mutant is rejected.
+// checked against independent scalar computations, and every chunked mutant differs from the truth.
+// Tolerances are not tested here: `assay calibrate --op ssd` (CTest calibrate.ssd) judges the
+// mutants and the kernel-precision emulations against the real policy (fixtures/ssd.toml).
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -428,11 +430,11 @@ TEST_CASE("ssd: every chunked mutant is rejected by a large margin", "[cpu][L0]"
       max_ref = std::max(max_ref, std::fabs(truth.out[i]));
       max_err_over_bound = std::max(max_err_over_bound, e / truth.out_bound[i]);
     }
-    // Against a bound-based bf16 tolerance |err| <= k u bound (u = 2^-8): margin = ratio / (k u).
+    // In the oracle's own metric: the error is a large fraction of the output and of its bound.
     std::printf("[ssd] no_intra_chunk Q=%lld: max|err|/max|ref| = %.3f, agreement_rel = %.3f, "
-                "max |err|/bound = %.3f (= %.0f x 2^-8)\n",
+                "max |err|/bound = %.3f\n",
                 static_cast<long long>(Q), max_err / max_ref, agreement_rel(r.out, truth.out),
-                max_err_over_bound, max_err_over_bound / 0x1p-8);
+                max_err_over_bound);
     REQUIRE(max_err / max_ref > 0.3);
     REQUIRE(max_err_over_bound > 0.3);
   }
@@ -561,85 +563,44 @@ TEST_CASE("ssd: varlen_states (cu_seqlens) are each sequence's final state", "[c
   REQUIRE_THROWS_AS(ssd::recurrence(params(16), in), InputError);
 }
 
-namespace {
-// Inputs as a kernel with activations in `io` would read them: x, B, C, z in io; the rest fp32.
-Inputs round_inputs(Inputs in, DType io) {
-  for (auto* v : {&in.x, &in.B, &in.C, &in.z})
-    for (auto& e : *v) e = round_to(io, e);
-  for (auto* v : {&in.dt, &in.A, &in.D, &in.dt_bias, &in.initial_states})
-    for (auto& e : *v) e = round_to(DType::f32, e);
-  return in;
+TEST_CASE("ssd: round_tf32 keeps 10 mantissa bits, ties to even", "[cpu][L0]") {
+  REQUIRE(ssd::round_tf32(1.0) == 1.0);
+  REQUIRE(ssd::round_tf32(1.0 + 0x1p-10) == 1.0 + 0x1p-10);         // representable
+  REQUIRE(ssd::round_tf32(1.0 + 0x1p-11) == 1.0);                   // tie, to even (down)
+  REQUIRE(ssd::round_tf32(1.0 + 3 * 0x1p-11) == 1.0 + 0x1p-9);      // tie, to even (up)
+  REQUIRE(ssd::round_tf32(1.0 + 0x1p-11 + 0x1p-20) == 1.0 + 0x1p-10);  // above the tie
+  REQUIRE(ssd::round_tf32(-(1.0 + 0x1p-11 + 0x1p-20)) == -(1.0 + 0x1p-10));
+  REQUIRE(ssd::round_tf32(0x1p-130) == 0x1p-130);                   // fp32 subnormal, 1 bit
+  REQUIRE(ssd::round_tf32(0.0) == 0.0);
 }
-// max_i |a_i - truth_i| / (u * bound_i + floor), in units of 1 (callers pass u and the floor).
-double max_err_over(const std::vector<double>& a, const std::vector<double>& truth,
-                    const std::vector<double>& bound, double u, double floor) {
-  double w = 0;
-  for (size_t i = 0; i < a.size(); ++i)
-    w = std::max(w, std::fabs(a[i] - truth[i]) / (u * bound[i] + floor));
-  return w;
-}
-}  // namespace
 
-TEST_CASE("ssd: kernel-precision emulation stays within a few u*bound, mutants far outside",
-          "[cpu][L0]") {
-  // Tolerance calibration on the CPU: a correct kernel with the upstream roundings (spec 1.7,
-  // ssd::chunked_kernel_precision) vs the fp64 golden, measured as
-  //   r = max_i |err_i| / (u * bound_i + s)
-  // with u the unit roundoff of the io dtype (2^-8 bf16, 2^-11 fp16, 2^-24 fp32) and s its
-  // smallest subnormal (outputs and cb*decay*dt terms that underflow in fp16 have an absolute,
-  // not relative, error). The intra-chunk mutant is measured the same way; a tolerance
-  // k * (u * bound + s) with k between the two accepts the first and rejects the second.
-  struct Prec { const char* name; DType io; double u; double limit; };
-  // Limits: bf16 / fp16 products are rounded once or twice per stage (<= ~4 stages): r < 4.
-  // fp32 io: what remains are the fp32 dt / cumsum / exp errors: a decay exp(Acum_l - Acum_s)
-  // from fp32 cumsums has relative error ~ 2^-24 |Acum| (|Acum| up to ~150 here), which the
-  // product-rounding bound does not model, hence the wider fp32 limit.
-  const Prec precs[] = {{"bf16", DType::bf16, 0x1p-8, 4.0},
-                        {"fp16", DType::f16, 0x1p-11, 4.0},
-                        {"fp32", DType::f32, 0x1p-24, 256.0}};
-  struct Named { const char* name; Cfg cfg; bool varlen; };
-  std::vector<Named> cases;
-  {
-    Cfg c; c.T = 200, c.seed = 41; cases.push_back({"default_T200", c, false});
-    Cfg s; s.T = 130, s.a_lo = -40, s.a_hi = -10, s.dt_lo = 0.0, s.dt_hi = 1.5, s.seed = 42;
-    cases.push_back({"strong_decay", s, false});
-    Cfg w; w.T = 600, w.a_lo = -1e-4, w.a_hi = -1e-6, w.seed = 43;
-    cases.push_back({"weak_decay_T600", w, false});
-    Cfg v; v.T = 200, v.seed = 44; cases.push_back({"varlen", v, true});
-  }
-  double worst_emu[3] = {0, 0, 0}, least_mut[3] = {1e300, 1e300, 1e300};
-  for (const auto& nc : cases) {
-    Inputs raw = make_inputs(nc.cfg);
-    if (nc.varlen) {
-      raw.seq_idx.assign(nc.cfg.T, 0);
-      for (int64_t t = 0; t < nc.cfg.T; ++t) raw.seq_idx[t] = t < 40 ? 0 : (t < 150 ? 1 : 2);
+TEST_CASE("ssd: the kernel-precision emulation computes the same function (fp32 io)", "[cpu][L0]") {
+  // Structure check of chunked_kernel_precision, not a tolerance: with fp32 io and states every
+  // rounding is fp32, so it must agree with the fp64 recurrence to a few fp32 ulps scaled by the
+  // output range, on out, final_states and varlen_states (packed sequences, mid-chunk starts,
+  // initial states of sequence 0). A wrong mask, carry or decay would be O(1).
+  Cfg c;
+  c.T = 200, c.seed = 45;
+  Inputs in = make_inputs(c);
+  for (auto* v : {&in.x, &in.B, &in.C, &in.z, &in.dt, &in.A, &in.D, &in.dt_bias, &in.initial_states})
+    for (auto& e : *v) e = round_to(DType::f32, e);
+  in.seq_idx.assign(c.T, 0);
+  for (int64_t t = 0; t < c.T; ++t) in.seq_idx[t] = t < 10 ? 0 : (t < 150 ? 1 : 2);
+  in.cu_seqlens = {0, 10, 150, 200};
+  for (int64_t Q : {16, 64}) {
+    const Params p = params(Q);
+    const auto truth = ssd::recurrence(p, in);
+    for (bool tf32 : {false, true}) {
+      const auto emu = ssd::chunked_kernel_precision(p, in, {DType::f32, DType::f32, tf32});
+      const double e = std::max({agreement_rel(emu.out, truth.out),
+                                 agreement_rel(emu.final_states, truth.final_states),
+                                 agreement_rel(emu.varlen_states, truth.varlen_states)});
+      std::printf("[ssd] Q=%lld kernel-precision emulation (fp32%s) agreement_rel %.3e\n",
+                  static_cast<long long>(Q), tf32 ? ", tf32 dots" : "", e);
+      INFO("Q=" << Q << " tf32=" << tf32);
+      CHECK(e < (tf32 ? 1e-2 : 1e-4));
+      CHECK(e > 0.0);
     }
-    for (int k = 0; k < 3; ++k) {
-      const Prec& pr = precs[k];
-      const double s = info(pr.io).min_subnormal;
-      const Inputs in = round_inputs(raw, pr.io);
-      const Params p = params(64);
-      const auto truth = ssd::recurrence(p, in);
-      const auto emu = ssd::chunked_kernel_precision(p, in, {pr.io, pr.io});
-      const auto mut = ssd::chunked(p, in, Mutant::no_intra_chunk);
-      const double e_out = max_err_over(emu.out, truth.out, truth.out_bound, pr.u, s);
-      const double e_fin =
-          max_err_over(emu.final_states, truth.final_states, truth.final_states_bound, pr.u, s);
-      const double m_out = max_err_over(mut.out, truth.out, truth.out_bound, pr.u, s);
-      std::printf("[ssd calib] %-16s %s: emulated kernel r: out %.3f, final_states %.3f; "
-                  "no_intra_chunk out %.1f\n",
-                  nc.name, pr.name, e_out, e_fin, m_out);
-      worst_emu[k] = std::max({worst_emu[k], e_out, e_fin});
-      least_mut[k] = std::min(least_mut[k], m_out);
-      INFO(nc.name << " " << pr.name);
-      CHECK(e_out < pr.limit);
-      CHECK(e_fin < pr.limit);
-    }
-  }
-  for (int k = 0; k < 3; ++k) {
-    std::printf("[ssd calib] %s: worst emulated r %.3f, least no_intra_chunk r %.1f, ratio %.0fx\n",
-                precs[k].name, worst_emu[k], least_mut[k], least_mut[k] / worst_emu[k]);
-    CHECK(least_mut[k] > 10 * worst_emu[k]);
   }
 }
 
