@@ -136,6 +136,7 @@ TorchScalars torch_scalars(const AdamHyper& h, int64_t t) {
   (void)td;
   s.bc1 = 1.0 - pow_int_cr(h.beta1, t);  // Python beta1 ** step (C pow; here correctly rounded)
   s.bc2 = 1.0 - pow_int_cr(h.beta2, t);
+  if (!h.bias_correction) s.bc1 = s.bc2 = 1.0;  // not a torch option: the calibration mutant
   s.step_size = h.lr / s.bc1;
   s.bc2_sqrt = std::sqrt(s.bc2);  // Python `bc ** 0.5` (C pow(x, 0.5)): the correctly rounded sqrt
   return s;
@@ -149,6 +150,7 @@ FusedScalars fused_scalars(const AdamHyper& h, int64_t t) {
   (void)tf;
   s.bc1 = h.bc1_override ? *h.bc1_override : 1.0f - powf_int_cr(f32(h.beta1), t);
   s.bc2_sqrt = h.bc2_override ? *h.bc2_override : std::sqrt(1.0f - powf_int_cr(f32(h.beta2), t));
+  if (!h.bias_correction) s.bc1 = s.bc2_sqrt = 1.0f;  // not a torch option: the calibration mutant
   return s;
 }
 struct ApexScalars {  // apex / TE host: float bc = 1 - std::pow(float beta, int step) (double pow)

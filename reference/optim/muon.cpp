@@ -75,18 +75,9 @@ std::vector<double> matmul(const std::vector<double>& A, const std::vector<doubl
   return C;
 }
 
-// bf16-in, bf16-out GEMM: the products of bf16 values are exact in double (8+8 significant bits);
-// their sum is formed in double and rounded to fp32 then to bf16 (cuBLAS accumulates in fp32 in
-// an implementation-defined order: this is a tolerance form).
-std::vector<float> matmul_bf16(const std::vector<float>& A, const std::vector<float>& B, int64_t R,
-                               int64_t J, int64_t K) {
-  std::vector<double> Ad(A.begin(), A.end()), Bd(B.begin(), B.end());
-  const std::vector<double> Cd = matmul(Ad, Bd, R, J, K);
-  std::vector<float> C(Cd.size());
-  for (size_t i = 0; i < Cd.size(); ++i) C[i] = bf16_to_f32(bf16_rne(f32(Cd[i])));
-  return C;
-}
-
+// GEMMs of the NS iteration (newton_schulz_rounded): the products of bf16 values are exact in
+// double (8+8 significant bits); their sum is formed in double and rounded to fp32 then to bf16
+// (cuBLAS accumulates in fp32 in an implementation-defined order: this is a tolerance form).
 float rb(float x) { return bf16_to_f32(bf16_rne(x)); }
 
 }  // namespace
@@ -115,8 +106,19 @@ std::vector<double> newton_schulz_f64(const std::vector<double>& G, int64_t M, i
   return tr ? transpose(X, R, C) : X;
 }
 
-std::vector<float> newton_schulz_bf16(const std::vector<float>& G, int64_t M, int64_t N, int steps,
-                                      NsCoeffs set, double eps, bool transpose_tall) {
+namespace {
+// The NS iteration with every GEMM output and elementwise result rounded to bf16 (KJ's code) or,
+// with bf16 = false, kept in fp32 (an fp32 kernel: the same operation order, fp32 roundings).
+std::vector<float> newton_schulz_rounded(const std::vector<float>& G, int64_t M, int64_t N, int steps,
+                                         NsCoeffs set, double eps, bool transpose_tall, bool bf16) {
+  auto rb = [bf16](float x) { return bf16 ? bf16_to_f32(bf16_rne(x)) : x; };
+  auto matmul_bf16 = [&](const std::vector<float>& A, const std::vector<float>& B, int64_t R, int64_t J, int64_t K) {
+    std::vector<double> Ad(A.begin(), A.end()), Bd(B.begin(), B.end());
+    const std::vector<double> Cd = matmul(Ad, Bd, R, J, K);
+    std::vector<float> C(Cd.size());
+    for (size_t i = 0; i < Cd.size(); ++i) C[i] = rb(f32(Cd[i]));
+    return C;
+  };
   ASSAY_INPUT_CHECK(static_cast<int64_t>(G.size()) == M * N, "newton_schulz: G size");
   std::vector<float> X0(G.size());
   for (size_t i = 0; i < G.size(); ++i) X0[i] = rb(G[i]);  // G.bfloat16()
@@ -142,6 +144,16 @@ std::vector<float> newton_schulz_bf16(const std::vector<float>& G, int64_t M, in
     for (size_t k = 0; k < X.size(); ++k) X[k] = rb(rb(af * X[k]) + BX[k]);
   }
   return tr ? transpose(X, R, C) : X;
+}
+}  // namespace
+
+std::vector<float> newton_schulz_bf16(const std::vector<float>& G, int64_t M, int64_t N, int steps,
+                                      NsCoeffs set, double eps, bool transpose_tall) {
+  return newton_schulz_rounded(G, M, N, steps, set, eps, transpose_tall, true);
+}
+std::vector<float> newton_schulz_f32(const std::vector<float>& G, int64_t M, int64_t N, int steps,
+                                     NsCoeffs set, double eps, bool transpose_tall) {
+  return newton_schulz_rounded(G, M, N, steps, set, eps, transpose_tall, false);
 }
 
 std::vector<double> muon_step_f64(const MuonHyper& h, int64_t M, int64_t N,
@@ -172,7 +184,7 @@ std::vector<double> muon_step_f64(const MuonHyper& h, int64_t M, int64_t N,
 
 std::vector<float> muon_step_bf16(const MuonHyper& h, int64_t M, int64_t N,
                                   const std::vector<float>& g, std::vector<float>& p,
-                                  std::vector<float>& buf) {
+                                  std::vector<float>& buf, bool bf16_ns) {
   const size_t n = static_cast<size_t>(M * N);
   ASSAY_INPUT_CHECK(g.size() == n && p.size() == n, "muon: sizes");
   if (buf.empty()) buf.assign(n, 0.0f);
@@ -187,11 +199,12 @@ std::vector<float> muon_step_bf16(const MuonHyper& h, int64_t M, int64_t N,
       upd[i] = h.nesterov ? std::fma(mu, buf[i], g[i]) : buf[i];  // g.add(buf, alpha=mu)
     }
   }
-  std::vector<float> O = newton_schulz_bf16(upd, M, N, h.ns_steps, h.coeffs, h.norm_eps);
+  std::vector<float> O = bf16_ns ? newton_schulz_bf16(upd, M, N, h.ns_steps, h.coeffs, h.norm_eps)
+                                 : newton_schulz_f32(upd, M, N, h.ns_steps, h.coeffs, h.norm_eps);
   const float sc = f32(muon_scale_factor(h.scale, M, N, h.extra_scale));
   const float dm = f32(1.0 - h.lr * h.weight_decay), nlr = f32(-h.lr);
   for (size_t i = 0; i < n; ++i) {
-    O[i] = rb(O[i] * sc);  // update *= scale on the bf16 tensor
+    O[i] = bf16_ns ? rb(O[i] * sc) : O[i] * sc;  // update *= scale on the bf16 (fp32) tensor
     p[i] = std::fma(nlr, O[i], p[i] * dm);
   }
   return O;

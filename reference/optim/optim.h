@@ -112,7 +112,8 @@ struct AdamHyper {
   bool decoupled = true;   // AdamW (decoupled) vs Adam (L2: g += wd * p)
   bool amsgrad = false;    // torch paths only (apex / TE have none)
   bool maximize = false;   // torch paths only
-  bool bias_correction = true;  // apex / TE option (torch always corrects)
+  bool bias_correction = true;  // apex / TE option (torch always corrects; false on a torch
+                                // path is the calibration mutant "no bias correction")
   // torch_fused only: g /= grad_scale before anything (GradScaler's scale); found_inf skips the
   // whole update (params, moments and the step count are left unchanged).
   std::optional<float> grad_scale;
@@ -310,6 +311,9 @@ std::vector<double> newton_schulz_f64(const std::vector<double>& G, int64_t M, i
                                       int steps, NsCoeffs set, double eps, bool transpose = true);
 std::vector<float> newton_schulz_bf16(const std::vector<float>& G, int64_t M, int64_t N, int steps,
                                       NsCoeffs set, double eps, bool transpose = true);
+//   f32: the same operation order with fp32 roundings only (an fp32-GEMM kernel; calibration).
+std::vector<float> newton_schulz_f32(const std::vector<float>& G, int64_t M, int64_t N, int steps,
+                                     NsCoeffs set, double eps, bool transpose = true);
 double muon_scale_factor(MuonScale s, int64_t rows, int64_t cols, double extra);
 // One Muon step on a 2-D param [M, N]: momentum, NS, scale, p *= (1 - lr wd), p -= lr * update
 // (Moonlight: p -= lr*0.2*sqrt(max) * update with its decay on the unadjusted lr; expressed
@@ -320,9 +324,10 @@ std::vector<double> muon_step_f64(const MuonHyper& h, int64_t M, int64_t N,
                                   std::vector<double>& buf);
 // bf16-GEMM emulation: momentum / params in fp32 (torch ops as compiled: lerp_f32, fma), NS in
 // bf16 as above, update scaled in bf16 (KJ `update *= s` on a bf16 tensor), p = fma(-lr, u, p).
+// bf16_ns = false: NS and the scaling in fp32 (newton_schulz_f32), the rest unchanged.
 std::vector<float> muon_step_bf16(const MuonHyper& h, int64_t M, int64_t N,
                                   const std::vector<float>& g, std::vector<float>& p,
-                                  std::vector<float>& buf);
+                                  std::vector<float>& buf, bool bf16_ns = true);
 
 // ---------------------------------------------------------------------------------------------
 // Global grad-norm clipping (spec B6)

@@ -52,6 +52,7 @@ std::string mutant_name(Mutant m) {
     case Mutant::no_global_scale: return "no_global_scale";
     case Mutant::sixth_not_folded: return "sixth_not_folded";
     case Mutant::mx_floor_for_rceil: return "mx_floor_for_rceil";
+    case Mutant::mx_nan_as_inf: return "mx_nan_as_inf";
     case Mutant::qs_zero_encode_zero: return "qs_zero_encode_zero";
   }
   return "?";
@@ -444,6 +445,7 @@ MxDir mx_dir(const std::vector<float>& hp, int64_t rows, int64_t cols, const MxC
   d.codes.assign(static_cast<size_t>(rows * cols), 0);
   d.allowed.assign(static_cast<size_t>(rows * cols), 0);
   d.alt.assign(static_cast<size_t>(rows * cols), 0);
+  d.scale_alt.assign(static_cast<size_t>(rows * sc), 0);
   const DType el = cfg.elem;
   const bool fp4 = el == DType::e2m1;
   const int emax = mx_emax(el);
@@ -455,7 +457,10 @@ MxDir mx_dir(const std::vector<float>& hp, int64_t rows, int64_t cols, const MxC
       uint8_t e;
       if (rceil) {
         float a = 0.0f;
-        for (int64_t c = c0; c < c1; ++c) a = fmax_drop_nan(a, std::fabs(hp[r * cols + c]));
+        for (int64_t c = c0; c < c1; ++c) {
+          const float v = hp[r * cols + c];
+          a = fmax_drop_nan(a, cfg.mutant == Mutant::mx_nan_as_inf && std::isnan(v) ? INFINITY : std::fabs(v));
+        }
         e = ue8m0_from_f32_rceil(a * max_rcp);
       } else {
         float a = 0.0f;
@@ -463,8 +468,18 @@ MxDir mx_dir(const std::vector<float>& hp, int64_t rows, int64_t cols, const MxC
         e = ue8m0_floor_exponent(a, emax);
       }
       d.scales[r * sc + b] = e;
-      bool has_inf = false;
-      for (int64_t c = c0; c < c1; ++c) has_inf = has_inf || std::isinf(hp[r * cols + c]);
+      d.scale_alt[r * sc + b] = e;
+      bool has_inf = false, has_nan = false;
+      for (int64_t c = c0; c < c1; ++c) {
+        has_inf = has_inf || std::isinf(hp[r * cols + c]);
+        has_nan = has_nan || std::isnan(hp[r * cols + c]);
+      }
+      // A NaN inside an RCEIL block (spec A4: unspecified): the fmaxf-style amax above drops it
+      // (TE); torchao's to_mx reduces with torch.amax, which propagates it: scale byte 0xFF and
+      // the whole block NaN. Both are allowed: the scale's alternative is 0xFF, and each element
+      // may also carry torchao's code for a NaN-scaled element (kAoNanE2m1Code; FP8: the NaN code).
+      const bool nan_alt = rceil && has_nan && e != 0xFF;
+      if (nan_alt) d.scale_alt[r * sc + b] = 0xFF;
       for (int64_t c = c0; c < c1; ++c) {
         const float x = hp[r * cols + c];
         uint8_t code;
@@ -496,6 +511,10 @@ MxDir mx_dir(const std::vector<float>& hp, int64_t rows, int64_t cols, const MxC
             if (fp4) allow = static_cast<uint16_t>(allow | e2m1_allowed(alt));
           }
         }
+        if (nan_alt) {
+          if (fp4) allow = static_cast<uint16_t>(allow | bit(kAoNanE2m1Code));
+          else alt = static_cast<uint8_t>(encode(el, std::nan(""), Overflow::satfinite));
+        }
         d.codes[r * cols + c] = code;
         d.allowed[r * cols + c] = allow;
         d.alt[r * cols + c] = alt;
@@ -505,6 +524,15 @@ MxDir mx_dir(const std::vector<float>& hp, int64_t rows, int64_t cols, const MxC
     d.packed = pack_e2m1(d.codes, rows, cols);
     if (cfg.mutant == Mutant::nibble_swap)
       for (auto& byte : d.packed) byte = static_cast<uint8_t>((byte >> 4) | (byte << 4));
+  }
+  if (d.scale_alt != d.scales) {  // torchao's encoding of the NaN blocks, for the packed bytes
+    std::vector<uint8_t> ao = d.codes;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c)
+        if (d.scale_alt[r * sc + c / 32] == 0xFF && d.scales[r * sc + c / 32] != 0xFF)
+          ao[r * cols + c] = fp4 ? kAoNanE2m1Code : static_cast<uint8_t>(encode(el, std::nan(""), Overflow::satfinite));
+    d.codes_nan_alt = ao;
+    if (fp4) d.packed_alt = pack_e2m1(ao, rows, cols);
   }
   return d;
 }

@@ -81,6 +81,8 @@ enum class Mutant : uint8_t {
   mx_floor_for_rceil,  // MX: the spec floor scale used where RCEIL is asked for
   qs_zero_encode_zero, // NVFP4: r = 0 when q_s = 0 (old TE C++ test reference); value-equivalent,
                        // codes differ but lie in the allowed set (must be ACCEPTED, not rejected)
+  mx_nan_as_inf,       // MX RCEIL: a NaN element counted as +Inf in the block amax (scale 0xFE):
+                       // neither allowed NaN-block behaviour (drop NaN, or torchao's NaN scale)
 };
 std::string mutant_name(Mutant m);
 
@@ -187,6 +189,10 @@ struct MxDir {
                                  // RCEIL blocks with scale byte 0, see mx_quantize
   std::vector<uint8_t> packed;   // MXFP4 only: rows x ceil(cols/2)
   std::vector<uint8_t> scales;   // rows x ceil(cols/32) UE8M0 bytes
+  std::vector<uint8_t> scale_alt;  // the allowed alternative scale byte (== scales when unique):
+                                   // 0xFF for an RCEIL block containing NaN (torchao)
+  std::vector<uint8_t> codes_nan_alt, packed_alt;  // torchao's codes / bytes with those NaN
+                                   // scales (empty when no block has one)
   int64_t scale_cols() const { return (cols + 31) / 32; }
 };
 struct MxResult {
@@ -199,7 +205,12 @@ struct MxResult {
 //   floor (OCP MX spec / torchao FLOOR default): e = ue8m0_floor_exponent(amax, emax_elem),
 //     amax = max|x| with NaN propagating (torch.amax); NaN/Inf amax -> 0xFF.
 //   rceil (TE MXFP8, cuBLAS/cuDNN, torchao RCEIL): e = ue8m0_from_f32_rceil(fl(amax*fl(1/max_elem))),
-//     amax with fmaxf semantics (NaN dropped; Inf -> 0xFE).
+//     amax with fmaxf semantics as TE's kernel reduces it (NaN dropped; Inf -> 0xFE). torchao's
+//     RCEIL does NOT drop NaN: its to_mx takes torch.amax (NaN propagates), so a block holding a
+//     NaN gets scale byte 0xFF and dequantizes to NaN as a whole. The spec leaves NaN inside a
+//     block unspecified, so both are allowed: `scale_alt` = 0xFF for such a block, and per element
+//     torchao's code (FP8: the NaN code, in `alt`; MXFP4: kAoNanE2m1Code, in `allowed`; the
+//     bytes in `packed_alt`); the dequantized value's alternative is NaN.
 // Elements: P = RNE_satfinite(x * 2^(127-e)) (exact power-of-two scaling, then one rounding);
 // a NaN scale (0xFF) makes every element NaN (FP8 NaN code; MXFP4 has none: all codes allowed).
 // NaN elements: FP8 NaN code (compared as a class). MXFP4: +-0 both allowed.
@@ -208,8 +219,17 @@ struct MxResult {
 // uses 1, which encodes every element of such a block as +-0. Both codes are allowed (`alt`).
 // Likewise an Inf in an RCEIL block gives byte 0xFE, whose multiplier is 2^-127 per the spec but
 // 0.0f in that TE version (finite x -> +-0, Inf -> NaN): both allowed.
-// Not reproduced: [MX]'s default round-half-away rounding (torchao, TE and cuBLAS use RNE).
+// Not reproduced: [MX]'s default round-half-away rounding (torchao, TE and cuBLAS use RNE), and
+// torchao's to_mx clamp of the fp32 scale to F32_MIN_NORMAL (a workaround for pytorch#125557):
+// with scale byte 0 torchao divides the elements by 2^-126 while the byte says 2^-127, so its
+// codes come out half the spec's (an upstream defect; the calibration mutant
+// mx_torchao_min_normal_scale, rejected on the L0 case mxfp8_e4m3_floor).
 MxResult mx_quantize(const std::vector<float>& x, int64_t M, int64_t N, const MxConfig& cfg);
+// torchao's E2M1 code for an element of a NaN-scaled block: x / NaN is the canonical CUDA NaN
+// 0x7FFFFFFF, which torchao's f32_to_f4_unpacked (custom_fp_utils._f32_to_floatx_unpacked) sends
+// down its normal-number bit path: (0x7FFFFFFF + (-126 << 23) + 0x1FFFFF + 1) >> 22 = 260, cast to
+// uint8 = 4 (+2.0).
+inline constexpr uint8_t kAoNanE2m1Code = 4;
 std::vector<double> mx_dequantize(const MxDir& d, DType elem);  // exact: P * 2^(e-127); NaN scale -> NaN
 int mx_emax(DType elem);  // E4M3 8, E5M2 15, E2M1 2
 
@@ -352,6 +372,11 @@ Nvfp4Result nvfp4_quantize(const std::vector<float>& x, int64_t M, int64_t N, co
                            const std::vector<uint8_t>* rbits_row = nullptr,
                            const std::vector<uint8_t>* rbits_col = nullptr);
 MxResult mx_quantize(const std::vector<float>& x, int64_t M, int64_t N, const MxConfig& cfg);
+// torchao's E2M1 code for an element of a NaN-scaled block: x / NaN is the canonical CUDA NaN
+// 0x7FFFFFFF, which torchao's f32_to_f4_unpacked (custom_fp_utils._f32_to_floatx_unpacked) sends
+// down its normal-number bit path: (0x7FFFFFFF + (-126 << 23) + 0x1FFFFF + 1) >> 22 = 260, cast to
+// uint8 = 4 (+2.0).
+inline constexpr uint8_t kAoNanE2m1Code = 4;
 Fp8Result fp8_quantize(const std::vector<float>& x, int64_t M, int64_t N, const Fp8Config& cfg);
 std::vector<uint8_t> swizzle_scales_permute(const std::vector<uint8_t>& compact, int64_t rows,
                                             int64_t cols, uint8_t pad = 0);
@@ -365,9 +390,13 @@ GemmResult block_scaled_gemm_eigen(const ScaledOperand& a, const ScaledOperand& 
 //   q_<dir>       codes: expected = decoded values (fp64), dtype e2m1/e4m3/e5m2, rounded = codes
 //   scale_<dir>   block scales: expected = decoded (e4m3 / ue8m0 values), rounded = codes
 //   amax_<dir>    [1] f32 (NVFP4), rounded = fp32 bits
-//   packed_<dir>  (E2M1 only) u8 bytes, element 2k in the low nibble
+//   packed_<dir>  (E2M1 only) u8 bytes, element 2k in the low nibble; alt (when it differs): the
+//                 bytes with q_s = 0 blocks encoded as +-0 (NVFP4) or with torchao's NaN-block
+//                 codes (MXFP4 RCEIL, see mx_quantize)
 //   xhat_<dir>    dequantized: expected = exact fp64 dequantization; for NVFP4 rounded = the fp32
 //                 bits of TE's dequantize kernel (A3.2), dtype f32
+// The MX scale_<dir> carries alt 0xFF (NaN) for an RCEIL block holding a NaN, and xhat_<dir> alt
+// NaN for its elements (torchao's NaN propagation, mx_quantize).
 // Intermediates: allowed_<dir> (per-element masks of allowed codes, as fp64 integers; present
 // when some element allows more than one code), hp_col (post-RHT bf16 values) for RHT, and
 // s_enc_<dir>, s_dec_<dir> (NVFP4). Agreement: one entry per output tensor, forms "kernel" and

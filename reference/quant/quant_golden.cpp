@@ -88,6 +88,12 @@ OracleResult nvfp4_oracle(const std::vector<float>& x, int64_t M, int64_t N, con
   ASSAY_INPUT_CHECK(cfg.mutant == Mutant::none, "nvfp4_oracle: mutants are not golden material");
   const Nvfp4Result a = nvfp4_quantize(x, M, N, cfg, rbits_row, rbits_col);
   const Nvfp4Result b = ref::nvfp4_quantize(x, M, N, cfg, rbits_row, rbits_col);
+  // The value-equivalent encoding of q_s = 0 blocks (r = 0: every element +-0, as TE's old C++
+  // test reference encodes them): the packed bytes' allowed alternative (the codes' is in the
+  // allowed masks).
+  Nvfp4Config zc = cfg;
+  zc.mutant = Mutant::qs_zero_encode_zero;
+  const Nvfp4Result z = nvfp4_quantize(x, M, N, zc, rbits_row, rbits_col);
   OracleResult r;
   auto one = [&](const Nvfp4Dir& da, const Nvfp4Dir& db, const std::string& sfx, const std::string& ar,
                  const std::string& ac) {
@@ -103,6 +109,8 @@ OracleResult nvfp4_oracle(const std::vector<float>& x, int64_t M, int64_t N, con
     ASSAY_CHECK(f32_bits(da.amax) == f32_bits(db.amax), "amax{}: forms differ", sfx);
     r.agreement.push_back({"amax" + sfx, "kernel", "tensor", 0.0});
     Output pk = code_output("packed" + sfx, {ar, ac + "2"}, ps, DType::u8, da.packed);
+    const Nvfp4Dir& dz = sfx == "_row" ? *z.row : *z.col;
+    if (dz.packed != da.packed) pk.alt = std::vector<double>(dz.packed.begin(), dz.packed.end());
     r.outputs.push_back(std::move(pk));
     agree(r, "packed" + sfx, da.packed, db.packed, DType::u8);
     const auto ex = nvfp4_dequantize_exact(da);
@@ -145,13 +153,25 @@ OracleResult mx_oracle(const std::vector<float>& x, int64_t M, int64_t N, const 
     agree(r, "q" + sfx, da.codes, db.codes, cfg.elem, fp4 ? &da.allowed : nullptr);
     r.outputs.push_back(code_output("scale" + sfx, {ar, ac + "B"}, ss, DType::ue8m0, da.scales));
     agree(r, "scale" + sfx, da.scales, db.scales, DType::ue8m0);
+    // NaN inside an RCEIL block: torchao's NaN scale (0xFF) is the allowed alternative (quant.h).
+    const bool nan_alt = da.scale_alt != da.scales;
+    if (nan_alt) r.outputs.back().alt = decoded(da.scale_alt, DType::ue8m0);
     if (da.alt != da.codes) r.outputs[qi].alt = decoded(da.alt, cfg.elem);
     if (fp4) {
       r.outputs.push_back(code_output("packed" + sfx, {ar, ac + "2"}, {da.rows, (da.cols + 1) / 2}, DType::u8, da.packed));
       agree(r, "packed" + sfx, da.packed, db.packed, DType::u8);
+      if (nan_alt) {
+        std::vector<double> pa(da.packed_alt.begin(), da.packed_alt.end());
+        r.outputs.back().alt = std::move(pa);
+      }
     }
     const auto ex = mx_dequantize(da, cfg.elem);
     r.outputs.push_back(f32_output("xhat" + sfx, {ar, ac}, s, ex, nullptr));
+    if (nan_alt) {  // torchao: the whole NaN-scaled block dequantizes to NaN
+      MxDir ao = da;
+      ao.scales = da.scale_alt;
+      r.outputs.back().alt = mx_dequantize(ao, cfg.elem);
+    }
     r.agreement.push_back({"xhat" + sfx, "kernel", "tensor", agreement_rel(ex, mx_dequantize(db, cfg.elem))});
   };
   if (a.row) one(*a.row, *b.row, "_row", "M", "N");

@@ -153,3 +153,17 @@ TEST_CASE("periodic tolerance compares angles circularly", "[cpu][L0]") {
   t.period = 0;
   CHECK(compare_tensor(g, {two_pi - 0.001, 3.0, 0.0005, 1.0}, t).verdict == Verdict::Incorrect);
 }
+
+TEST_CASE("a NaN alternative the golden allows is accepted as a class, under any tolerance", "[cpu][L0]") {
+  // torchao's MX cast propagates a NaN inside a block (scale 0xFF, the block dequantizes to NaN);
+  // TE drops it from the amax. The golden lists torchao's values as /alt: both must pass.
+  Output g;
+  g.expected = Tensor{"xhat", {"M", "N"}, {1, 3}, DType::f32, {0.5, 1.0, 2.0}};
+  g.alt = std::vector<double>{std::nan(""), std::nan(""), 2.0};
+  Tolerance t;
+  t.rtol = 1e-6;
+  CHECK(compare_tensor(g, {0.5, 1.0, 2.0}, t).verdict == Verdict::Passed);
+  CHECK(compare_tensor(g, {std::nan(""), std::nan(""), 2.0}, t).verdict == Verdict::Passed);
+  CHECK(compare_tensor(g, {std::nan(""), 1.0, std::nan("")}, t).verdict == Verdict::Incorrect);  // not allowed at [2]
+  CHECK(compare_tensor(g, {INFINITY, 1.0, 2.0}, t).verdict == Verdict::Incorrect);             // Inf is not NaN
+}
