@@ -125,6 +125,19 @@ void check_inputs(const Layout& L, const Params& p, const std::vector<double>& q
                     "attention: sink has {} values, want {}", sink.size(), p.has_sink ? L.Hq : 0);
 }
 
+void check_backward_inputs(const Layout& L, const Params& p, const std::vector<double>& q,
+                           const std::vector<double>& k, const std::vector<double>& v,
+                           const std::vector<double>& sink, const std::vector<double>& o,
+                           const std::vector<double>& lse, const std::vector<double>& dout,
+                           const std::vector<double>& dlse) {
+  check_inputs(L, p, q, k, v, sink);
+  ASSAY_INPUT_CHECK(static_cast<int64_t>(o.size()) == L.o_size() && static_cast<int64_t>(dout.size()) == L.o_size(),
+                    "attention: o / dout sizes do not match");
+  ASSAY_INPUT_CHECK(static_cast<int64_t>(lse.size()) == L.lse_size() &&
+                        (dlse.empty() || static_cast<int64_t>(dlse.size()) == L.lse_size()),
+                    "attention: lse / dlse sizes do not match");
+}
+
 }  // namespace detail
 
 Combined combine_splits(const Params& p, int64_t num_splits, const std::vector<double>& o_partial,

@@ -51,5 +51,11 @@ Layout make_layout(const Params& p);
 void check_inputs(const Layout& L, const Params& p, const std::vector<double>& q,
                   const std::vector<double>& k, const std::vector<double>& v,
                   const std::vector<double>& sink);
+// The same, plus the backward's forward results and cotangents (o, lse, dout; dlse may be empty).
+void check_backward_inputs(const Layout& L, const Params& p, const std::vector<double>& q,
+                           const std::vector<double>& k, const std::vector<double>& v,
+                           const std::vector<double>& sink, const std::vector<double>& o,
+                           const std::vector<double>& lse, const std::vector<double>& dout,
+                           const std::vector<double>& dlse);
 
 }  // namespace assay::attention::detail

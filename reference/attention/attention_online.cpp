@@ -202,12 +202,7 @@ BackwardResult backward_tiled(const Params& p, const std::vector<double>& q,
                               const std::vector<double>& lse, const std::vector<double>& dout,
                               const std::vector<double>& dlse) {
   const auto L = detail::make_layout(p);
-  detail::check_inputs(L, p, q, k, v, sink);
-  ASSAY_INPUT_CHECK(static_cast<int64_t>(o.size()) == L.o_size() && static_cast<int64_t>(dout.size()) == L.o_size(),
-                    "attention: o / dout sizes do not match");
-  ASSAY_INPUT_CHECK(static_cast<int64_t>(lse.size()) == L.lse_size() &&
-                        (dlse.empty() || static_cast<int64_t>(dlse.size()) == L.lse_size()),
-                    "attention: lse / dlse sizes do not match");
+  detail::check_backward_inputs(L, p, q, k, v, sink, o, lse, dout, dlse);
   Params pc = p;
   pc.mutant = Mutant::none;
   const Engine E{pc, L, q, k, v, sink};
