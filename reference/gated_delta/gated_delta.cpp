@@ -1,6 +1,7 @@
 // Gated delta rule oracles: see gated_delta.h for the contract, shapes and conventions.
 #include "reference/gated_delta/gated_delta.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -186,11 +187,13 @@ void store_state(const double* S, StateLayout L, int64_t K, int64_t V, double* d
     for (int64_t j = 0; j < V; ++j) (L == StateLayout::kv ? dst[i * V + j] : dst[j * K + i]) = S[i * V + j];
 }
 
-// One token of the recurrence on S [K][V] (decay first, spec 3.2). Writes o[V] (and its bound);
-// when s_bound is not null, also the final-state bound of this step.
+// One token of the recurrence on S [K][V] (decay first, spec 3.2). Writes o[V] (and its bound).
+// When term_max is not null, folds this token's update term |k| |beta| (|v| + |e^g S|^T |k|) into
+// term_max (elementwise max); when s_bound is not null, also writes the final-state bound of this
+// step, |e^g S| + that max (term_max then holds this token's term folded in; null: this token's term).
 void step(double* S, int64_t K, int64_t V, double g, double beta, const double* k, const double* v,
           const double* q, double scale, Mutant mutant, double* kv_mem, double* o, double* o_bound,
-          double* s_bound) {
+          double* s_bound, double* term_max = nullptr) {
   const double alpha = std::exp(g);
   if (mutant == Mutant::missing_alpha) {
     // The bug: the correction reads the state before the decay.
@@ -204,12 +207,15 @@ void step(double* S, int64_t K, int64_t V, double g, double beta, const double* 
     for (int64_t i = 0; i < K; ++i)
       for (int64_t j = 0; j < V; ++j) kv_mem[j] += S[i * V + j] * k[i];
   }
-  if (s_bound) {
+  if (s_bound || term_max) {
     for (int64_t j = 0; j < V; ++j) {
       double m = 0;
       for (int64_t i = 0; i < K; ++i) m += std::fabs(S[i * V + j]) * std::fabs(k[i]);
-      for (int64_t i = 0; i < K; ++i)
-        s_bound[i * V + j] = std::fabs(S[i * V + j]) + std::fabs(k[i]) * std::fabs(beta) * (std::fabs(v[j]) + m);
+      for (int64_t i = 0; i < K; ++i) {
+        double term = std::fabs(k[i]) * std::fabs(beta) * (std::fabs(v[j]) + m);
+        if (term_max) term = term_max[i * V + j] = std::max(term_max[i * V + j], term);
+        if (s_bound) s_bound[i * V + j] = std::fabs(S[i * V + j]) + term;
+      }
     }
   }
   for (int64_t j = 0; j < V; ++j) kv_mem[j] = beta * (v[j] - kv_mem[j]);  // delta
@@ -255,7 +261,8 @@ Result recurrent(const Params& p, const Inputs& in) {
   for (int64_t job = 0; job < jobs; ++job) {
     const Seq& s = P.seqs[job / HV];
     const int64_t hv = job % HV, h = hv / G;
-    std::vector<double> S(KV, 0.0), tmp(V), sb(KV, 0.0);
+    std::vector<double> S(KV, 0.0), tmp(V), sb(KV, 0.0), tmax(KV, 0.0);
+    const int64_t last_chunk = s.len > 0 ? (s.len - 1) / P.C * P.C : 0;  // first token of the last chunk
     if (!P.h0->empty()) load_state(P.h0->data() + (s.n * HV + hv) * KV, p.state_layout, K, V, S.data());
     if (s.len == 0)
       for (int64_t x = 0; x < KV; ++x) sb[x] = std::fabs(S[x]);
@@ -267,7 +274,7 @@ Result recurrent(const Params& p, const Inputs& in) {
       const int64_t qk_off = (tok * P.H + h) * K, tv = tok * HV + hv;
       step(S.data(), K, V, P.g[tv], P.beta[tv], P.k.data() + qk_off, P.v->data() + tv * V, P.q.data() + qk_off,
            P.scale, p.mutant, tmp.data(), r.o.data() + tv * V, r.o_bound.data() + tv * V,
-           i == s.len - 1 ? sb.data() : nullptr);
+           i == s.len - 1 ? sb.data() : nullptr, i >= last_chunk ? tmax.data() : nullptr);
     }
     store_state(S.data(), p.state_layout, K, V, r.final_state.data() + (s.n * HV + hv) * KV);
     store_state(sb.data(), p.state_layout, K, V, r.final_state_bound.data() + (s.n * HV + hv) * KV);
@@ -324,13 +331,28 @@ Result chunked(const Params& p, const Inputs& in) {
         Gex(i) = i ? Gin(i - 1) : 0.0;
       }
       const bool excl = mu == Mutant::missing_alpha;
-      const Mat KKt = Kc * Kc.transpose();
+      // Calibration roundings (emulate_*: see gated_delta.h); no-ops for goldens.
+      auto rnd = [](Mat& m, const std::optional<DType>& t) {
+        if (t)
+          for (int64_t x = 0; x < m.size(); ++x) m.data()[x] = round_to(*t, m.data()[x]);
+      };
+      const auto& inter = p.emulate_intermediate_dtype;
+      // KKt; with emulation, chunk_scaled_dot_kkt's operand beta k cast to k.dtype (beta then inside).
+      Mat KKt;
+      if (inter) {
+        Mat Kb = Kc;
+        for (int64_t i = 0; i < L; ++i) Kb.row(i) *= b(i);
+        rnd(Kb, inter);
+        KKt = Kb * Kc.transpose();
+      } else {
+        KKt = Kc * Kc.transpose();
+      }
       // A, strictly lower.
       Mat A = Mat::Zero(L, L);
       for (int64_t i = 1; i < L; ++i)
         for (int64_t j = 0; j < i; ++j) {
           const double decay = mu == Mutant::kkt_without_decay ? 1.0 : std::exp(excl ? D(i - 1, j) : D(i, j));
-          A(i, j) = b(i) * KKt(i, j) * decay;
+          A(i, j) = (inter ? 1.0 : b(i)) * KKt(i, j) * decay;
         }
       // T = (I + A)^-1 by forward substitution: row i of (T - I) = (-A)(i, :i) T(:i, :i).
       const double sgn = mu == Mutant::i_minus_a ? 1.0 : -1.0;
@@ -341,18 +363,15 @@ Result chunked(const Params& p, const Inputs& in) {
           for (int64_t m = j; m < i; ++m) acc += A(i, m) * Tm(m, j);
           Tm(i, j) = sgn * acc;
         }
-      // Calibration roundings (emulate_*: see gated_delta.h); no-ops for goldens.
-      auto rnd = [](Mat& m, const std::optional<DType>& t) {
-        if (t)
-          for (int64_t x = 0; x < m.size(); ++x) m.data()[x] = round_to(*t, m.data()[x]);
-      };
-      const auto& inter = p.emulate_intermediate_dtype;
+      rnd(Tm, inter);  // solve_tril's output stored in k.dtype
       Mat bV = Vc, bK = Kc;
       for (int64_t i = 0; i < L; ++i) {
         const double eG = std::exp(excl ? Gex(i) : Gin(i));
         bV.row(i) *= mu == Mutant::u_with_decay ? b(i) * eG : b(i);
         bK.row(i) *= mu == Mutant::w_without_decay ? b(i) : b(i) * eG;
       }
+      rnd(bV, inter);  // recompute_w_u casts beta v and beta e^G k to v/k.dtype before the dots with T
+      rnd(bK, inter);
       Mat u = Tm * bV;
       Mat w = Tm * bK;
       rnd(u, inter);
@@ -371,6 +390,7 @@ Result chunked(const Params& p, const Inputs& in) {
         const int64_t jmax = mu == Mutant::strict_output_mask ? i - 1 : i;
         for (int64_t j = 0; j <= jmax; ++j) M(i, j) = QKt(i, j) * std::exp(D(i, j));
       }
+      rnd(M, inter);  // chunk_fwd_o casts the masked, gated q k^T to v.dtype before its dot with v_new
       const Mat O = P.scale * (QS + M * vnew);
       for (int64_t i = 0; i < L; ++i) {
         const int64_t tv = (s.b * P.T + s.t0 + c0 + i) * HV + hv;

@@ -59,9 +59,14 @@
 // |x - ref| <= atol + c * eps(dtype) * bound:
 //   o_bound[t, hv, v]       = |scale| * sum_k |S_t[k, v]| |q_k|   (the last reduction o = scale S^T q;
 //                             covers the rounding of S, e.g. bf16 chunk-state storage, and of q)
-//   final_state_bound[k, v] = |e^g S_{t-1}[k, v]| + |k_k| |beta| (|v_v| + sum_k' |e^g S_{t-1}[k', v]| |k_k'|)
-//                             for the last token t of the sequence (|S0| for an empty sequence).
-//   They are magnitudes of the terms of the final step, not a rigorous bound of the propagated error
+//   final_state_bound[k, v] = |e^g S_{t-1}[k, v]| + max_j |k_j,k| |beta_j| (|v_j,v| + sum_k' |e^g_j S_{j-1}[k', v]| |k_j,k'|)
+//                             with t the last token of the sequence and j over the tokens of the
+//                             sequence's last chunk (chunk_size grid, t included): the last step's
+//                             state term plus the largest single-token update term of the last chunk
+//                             (|S0| for an empty sequence). The max over the chunk keeps the bound
+//                             from vanishing at elements where the last token's k is ~0 (a chunk
+//                             kernel's errors there come from every token of the chunk).
+//   They are magnitudes of the terms of the final steps, not a rigorous bound of the propagated error
 //   (that grows with T and with ||k||^2 beta for unnormalised keys).
 //
 // Mutants (deliberately wrong variants for the kill matrix; Mutant::none is the oracle):
@@ -113,19 +118,24 @@ struct Params : Options {
   std::vector<int64_t> cu_seqlens;  // empty: no varlen; else [Nseq + 1], needs B == 1
   int64_t chunk_size = 64;          // chunked form's chunk; also the grid of chunk_states
   // Chunked form only, for calibration (NOT for goldens; run() refuses them). Emulate fla's chunk
-  // path (chunk_delta_h / recompute_w_u / chunk_o), whose intermediates live in k.dtype (bf16 in
-  // bf16 runs) while the carried state stays fp32 (here: exact):
+  // path in a run whose k/v dtype is the given one (chunk_scaled_dot_kkt / solve_tril /
+  // recompute_w_u / chunk_delta_h / chunk_o: every tensor those store or cast to k.dtype), while the
+  // carried state stays fp32 (here: exact):
   //   emulate_h_dtype             the chunk-start states h [K, V] as stored and read by v_new = u - w h
   //                               and by the inter-chunk output q h, the first one being the
   //                               initial state cast to this dtype;
-  //   emulate_intermediate_dtype  w and u (stored by recompute_w_u), v_new (stored, read by chunk_o)
-  //                               and v_new exp(G_last - G) (cast before the state update K^T (.)).
-  // Each rounding is round_to(dtype, fp64 value): one rounding per stored / cast tensor, fp64 dots.
-  // NOT emulated (fla also does them in bf16 runs): the solve's output T = (I + A)^-1 stored in
-  // k.dtype, beta v and beta e^G k cast before their dots with T, and the masked intra-chunk matrix
-  // cast before its dot with v_new. With those too, the final state lands far outside any multiple of
-  // the last-step final_state_bound (T's rounding error is spread over every later token), so a
-  // propagated-error bound would be needed to calibrate them.
+  //   emulate_intermediate_dtype  the kkt operand beta k (cast before its dot with k; beta is then
+  //                               not applied again), the solve's output T = (I + A)^-1 (stored),
+  //                               beta v and beta e^G k (cast before their dots with T), w and u
+  //                               (stored), v_new (stored, read by chunk_o), v_new exp(G_last - G)
+  //                               (cast before the state update K^T (.)) and the masked, gated
+  //                               intra-chunk matrix (q k^T) exp(G_i - G_j) (cast before its dot
+  //                               with v_new).
+  // Each rounding is round_to(dtype, fp64 value): one rounding per stored / cast tensor, fp64 dots
+  // and fp64 exponentials. The beta k cast follows chunk_scaled_dot_kkt; fla's fused kkt + solve
+  // kernel (chunk_fwd.py) scales by beta after an fp32 dot instead, one rounding fewer. Not
+  // emulated: TF32 operands of the solve's block merge (SOLVE_TRIL_DOT_PRECISION, 2^-11 relative,
+  // below the k.dtype store of T that follows in bf16 runs) and fp32 accumulation order.
   std::optional<DType> emulate_h_dtype;
   std::optional<DType> emulate_intermediate_dtype;
 };

@@ -209,6 +209,33 @@ TEST_CASE("run() reports the forms' agreement and bounds", "[cpu][L0]") {
   }
 }
 
+TEST_CASE("final_state_bound holds the largest update term of the last chunk, not only the last token's",
+          "[cpu][L0]") {
+  // T = 10, chunk 4: the last chunk is tokens 8, 9. With the last token's beta = 0 its update term
+  // vanishes, but token 8's term |k_8| |beta_8| |v_8| stays in the bound; token 7 (previous chunk)
+  // does not enter it. No initial state and zero gates keep the check to those terms.
+  Params p = base(1, 10, 1, 1, 2, 2, 4);
+  p.gate = GateMode::none;
+  Gen gen;
+  gen.h0 = false;
+  Inputs in = make_inputs(p, 5, gen);
+  in.g.clear();
+  in.beta[9] = 0.0;
+  const Result r = recurrent(p, in);
+  for (int64_t i = 0; i < 2; ++i)
+    for (int64_t j = 0; j < 2; ++j) {
+      // Token 9 adds nothing (beta = 0), so the last step's |e^g S| is |S_final|.
+      const double s_abs = std::fabs(r.final_state[i * 2 + j]);
+      const double t8 = std::fabs(in.k[8 * 2 + i]) * std::fabs(in.beta[8]) * std::fabs(in.v[8 * 2 + j]);
+      CHECK(r.final_state_bound[i * 2 + j] >= s_abs + t8 * (1 - 1e-12));
+    }
+  // Moving the last token into its own chunk (chunk 9 -> last chunk = {9}) drops token 8's term.
+  Params p9 = p;
+  p9.chunk_size = 9;
+  const Result r9 = recurrent(p9, in);
+  for (int64_t x = 0; x < 4; ++x) CHECK(r9.final_state_bound[x] == std::fabs(r9.final_state[x]));
+}
+
 TEST_CASE("a -inf gate is a clean reset in both forms", "[cpu][L0]") {
   const int64_t T = 100;
   const int64_t t_reset = GENERATE(0, 37, 64);  // mid-chunk and at a chunk start (C = 32, 64)
