@@ -329,7 +329,7 @@ void print_calibration(const CalibrationReport& r, bool verbose) {
       if (v.kind == "mutant") {
         ++nm;
         if (v.cases_failed > 0) ++killed;
-        if (v.margin < min_kill) min_kill = v.margin, kw = v.name;
+        if (v.margin < min_kill || kw.empty()) min_kill = v.margin, kw = v.name;
       } else if (v.margin >= max_emu) {
         max_emu = v.margin, ew = v.name;
       }

@@ -69,6 +69,12 @@ ElementCheck check_element(const Output& golden, const Tolerance& tol, size_t i,
   return c;
 }
 
+std::vector<uint8_t> mismatch_mask(const Output& golden, const Tolerance& tol, const std::vector<double>& actual) {
+  std::vector<uint8_t> bad(actual.size());
+  for (size_t i = 0; i < bad.size(); ++i) bad[i] = check_element(golden, tol, i, actual[i]).bad;
+  return bad;
+}
+
 TensorReport compare_tensor(const Output& golden, const std::vector<double>& a, const Tolerance& tol) {
   const Tensor& g = golden.expected;
   ASSAY_CHECK(a.size() == g.data.size(), "compare {}: {} candidate values for {} expected", g.name, a.size(), g.data.size());

@@ -51,6 +51,9 @@ struct ElementCheck {
   double err = 0, allowed = 0, ratio = 0;
 };
 ElementCheck check_element(const Output& golden, const Tolerance& tol, size_t i, double actual);
+// The repro bundle's /mismatch mask: 1 where check_element says bad (so it flags exactly the
+// elements the verdict counted).
+std::vector<uint8_t> mismatch_mask(const Output& golden, const Tolerance& tol, const std::vector<double>& actual);
 
 // `actual` holds the candidate's values as fp64 (codes already decoded). With tol.exact the
 // candidate must equal the golden's spec-rounded value (decoded `rounded`, else the fp64 truth).

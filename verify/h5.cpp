@@ -56,10 +56,20 @@ File File::create(const std::string& path) {
   return f;
 }
 
+// Only regular files (symbolic links to them included) are opened: a FIFO or a device would block
+// HDF5's signature check forever, a directory or a socket cannot be a golden.
+void File::require_regular_file() const {
+  std::error_code ec;
+  const auto st = std::filesystem::status(path_, ec);
+  if (ec && ec != std::errc::no_such_file_or_directory) fail("", fmt::format("cannot stat: {}", ec.message()));
+  if (!std::filesystem::exists(st)) fail("", "no such file");
+  if (!std::filesystem::is_regular_file(st)) fail("", "not a regular file (a FIFO, directory, socket or device)");
+}
+
 File File::open_read(const std::string& path) {
   File f;
   f.path_ = path;
-  if (!std::filesystem::exists(path)) f.fail("", "no such file");
+  f.require_regular_file();
   if (H5Fis_hdf5(path.c_str()) <= 0) f.fail("", "not an HDF5 file (or truncated)");
   f.file_ = Handle(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
   if (!f.file_) f.fail("", "cannot open HDF5 file (truncated or corrupt)");
@@ -69,6 +79,7 @@ File File::open_read(const std::string& path) {
 File File::open_rw(const std::string& path) {
   File f;
   f.path_ = path;
+  f.require_regular_file();
   if (H5Fis_hdf5(path.c_str()) <= 0) f.fail("", "not an HDF5 file (or truncated)");
   f.file_ = Handle(H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT), H5Fclose);
   if (!f.file_) f.fail("", "cannot open HDF5 file for writing");

@@ -80,6 +80,7 @@ class File {
  private:
   Handle obj(const std::string& path) const;
   [[noreturn]] void fail(const std::string& obj, const std::string& what) const;
+  void require_regular_file() const;
   std::string path_;
   Handle file_;
 };

@@ -363,11 +363,8 @@ void write_repro(const std::string& path, const Golden& g, const std::string& ke
     const auto& o = g.outputs[k];
     const auto& e = o.expected;
     std::vector<double> d(e.data.size());
-    std::vector<uint8_t> bad(e.data.size());
-    for (size_t i = 0; i < d.size(); ++i) {
-      d[i] = std::fabs(actual[k][i] - e.data[i]);
-      bad[i] = check_element(o, tols[k], i, actual[k][i]).bad;  // the verdict's own rule
-    }
+    for (size_t i = 0; i < d.size(); ++i) d[i] = std::fabs(actual[k][i] - e.data[i]);
+    const std::vector<uint8_t> bad = mismatch_mask(o, tols[k], actual[k]);  // the verdict's own rule
     f.write("/expected/" + e.name, h5::Elem::f64, e.shape, e.data.data());
     f.write("/actual/" + e.name, h5::Elem::f64, e.shape, actual[k].data());
     f.write("/absdiff/" + e.name, h5::Elem::f64, e.shape, d.data());

@@ -23,7 +23,7 @@ void add_calibrate(CLI::App& app, Common& common, int& rc) {
   s->add_option("--case", o->case_glob, "Only L0 cases whose name matches this glob");
   s->add_option("--golden", o->golden_dir, "Golden directory (default: the committed golden/)");
   s->add_option("--fixtures", common.fixtures_dir, "Fixtures directory");
-  s->add_option("-j,--jobs", o->jobs, "Parallel cases (default: all cores)");
+  s->add_option("-j,--jobs", o->jobs, "Parallel cases, 1 to 256 (default: all cores)")->check(CLI::Range(1, 256));
   s->add_flag("--json", common.json, "The report as JSON on stdout (kill matrix included)");
   s->add_option("--json-file", *json_file, "Also write the JSON report to this file");
   s->add_flag("-v,--verbose", *verbose, "Print the whole kill matrix");

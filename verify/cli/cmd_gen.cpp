@@ -128,7 +128,13 @@ int run_gen(const GenOpts& o, const Common& common) {
   int done = 0;
   const int n = static_cast<int>(jobs.size());
   const auto t0 = std::chrono::steady_clock::now();
-  if (!o.check) fs::create_directories(out);
+  if (!o.check) {
+    std::error_code ec;
+    fs::create_directories(out, ec);
+    if (ec || !fs::is_directory(out))
+      throw InputError(fmt::format("{}: --out: cannot create the output directory ({})", out.string(),
+                                   ec ? ec.message() : "a file is in the way"));
+  }
 
 #pragma omp parallel for schedule(dynamic, 1) num_threads(o.jobs > 0 ? o.jobs : omp_get_max_threads())
   for (int i = 0; i < n; ++i) {
@@ -161,8 +167,18 @@ int run_gen(const GenOpts& o, const Common& common) {
           }
         }
       } else {
+        // No exception may leave an OpenMP critical section (it would terminate the process):
+        // the write's error travels out as a value.
+        std::string write_error;
 #pragma omp critical(hdf5)
-        write_golden(file.string(), g);
+        {
+          try {
+            write_golden(file.string(), g);
+          } catch (const std::exception& e) {
+            write_error = e.what();
+          }
+        }
+        if (!write_error.empty()) throw InputError(write_error);
       }
     } catch (const InputError& e) {
       j.status = "input-error";
@@ -308,7 +324,7 @@ void add_gen(CLI::App& app, Common& common, int& rc) {
   s->add_flag("--list", o->list, "List the selected cases and exit");
   s->add_flag("--json", common.json, "Machine-readable summary on stdout");
   s->add_flag("-q,--quiet", o->quiet, "No progress output");
-  s->add_option("-j,--jobs", o->jobs, "Parallel cases (default: all cores)");
+  s->add_option("-j,--jobs", o->jobs, "Parallel cases, 1 to 256 (default: all cores)")->check(CLI::Range(1, 256));
   s->callback([o, &common, &rc] { rc = run_gen(*o, common); });
 }
 

@@ -1,4 +1,5 @@
 // End-to-end tests of the assay CLI, run as separate processes.
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <cmath>
@@ -216,4 +217,56 @@ TEST_CASE("compare judges under the declared precision profile and refuses unkno
   auto both = run("compare --profile strict " + kGolden + " " + (d / "good.h5").string());
   CHECK(both.code == 2);
   CHECK_THAT(both.out, assay_test::Contains("say one"));
+}
+
+TEST_CASE("hostile input: FIFOs, overlapping specials, absurd -j, an unwritable --out", "[cpu][L0]") {
+  // Each of these used to hang or abort; the commands run under `timeout` so a regression fails
+  // the test (exit 124) instead of hanging it.
+  auto d = tmpdir("hostile");
+  auto one_line_exit2 = [](const Run& r, const std::string& must) {
+    INFO(r.out);
+    CHECK(r.code == 2);
+    CHECK(lines(r.out) == 1);
+    CHECK_THAT(r.out, assay_test::Contains(must));
+  };
+  const auto g = read_golden(kGolden);
+  write_candidate(d / "good.h5", g, [](double v, size_t) { return v; });
+  // A FIFO as golden or candidate: HDF5's signature check blocked on open() forever.
+  REQUIRE(::mkfifo((d / "pipe.h5").c_str(), 0600) == 0);
+  one_line_exit2(assay_test::run_assay("inspect " + (d / "pipe.h5").string(), "timeout 20 "), "pipe.h5: not a regular file");
+  one_line_exit2(assay_test::run_assay("compare " + kGolden + " " + (d / "pipe.h5").string(), "timeout 20 "),
+                 "pipe.h5: not a regular file");
+  one_line_exit2(assay_test::run_assay("compare " + (d / "pipe.h5").string() + " " + (d / "good.h5").string(), "timeout 20 "),
+                 "pipe.h5: not a regular file");
+  // specials whose counts add up to more than the tensor's elements: gen drew positions forever.
+  fs::create_directories(d / "fx");
+  std::ofstream(d / "fx" / "scaled_add.toml")
+      << "op = \"scaled_add\"\n[[case]]\nname = \"over\"\nlevel = \"L0\"\nB = 1\nT = 2\nD = 2\n"
+         "dist.x = { kind = \"normal\", specials = [{ value = \"nan\", count = 3 }, { value = \"inf\", count = 2 }] }\n";
+  {
+    auto r = assay_test::run_assay("gen --fixtures " + (d / "fx").string() + " --op scaled_add -q --out " + (d / "out").string(),
+                                   "timeout 20 ");
+    INFO(r.out);
+    CHECK(r.code == 2);  // gen's summary table follows the one error line
+    CHECK_THAT(r.out, assay_test::Contains("field 'dist.x.specials': the counts add up to more than the 4 elements"));
+  }
+  // -j out of range: segfault (100000), silently accepted (-5).
+  for (const char* j : {"100000", "-5", "0"}) {
+    auto r = run(std::string("gen --op scaled_add --check -q -j ") + j);
+    INFO(j << ": " << r.out);
+    CHECK(r.code == 2);
+  }
+  // --out under a regular file: filesystem_error thrown inside an OpenMP critical section aborted.
+  std::ofstream(d / "afile") << "x";
+  auto w = assay_test::run_assay("gen --op scaled_add -q --out " + (d / "afile" / "sub").string(), "timeout 60 ");
+  INFO(w.out);
+  CHECK(w.code == 2);
+  CHECK_THAT(w.out, assay_test::Contains("afile"));
+  // A directory where a golden goes: the write fails inside the OpenMP region; reported, exit 2.
+  fs::create_directories(d / "out2" / "scaled_add" / "int_exact.h5");
+  auto x = assay_test::run_assay("gen --op scaled_add -q --out " + (d / "out2").string(), "timeout 60 ");
+  INFO(x.out);
+  CHECK(x.code == 2);
+  CHECK_THAT(x.out, assay_test::Contains("int_exact.h5"));
+  CHECK_THAT(x.out, !assay_test::Contains("terminate called"));
 }

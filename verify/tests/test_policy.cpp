@@ -122,26 +122,40 @@ TEST_CASE("a bound term with factor 0 adds nothing: 0 * inf is not NaN, and NaN 
   CHECK(check_element(g, t, 0, 1.0 + 1e-9).bad);
 }
 
-TEST_CASE("one element rule: check_element agrees with compare_tensor's mismatch count on every rule", "[cpu][L0]") {
-  // Circular distance, overflow-to-Inf in the output dtype and allowed encodings are all part of the
-  // verdict; the repro bundle's mismatch mask is check_element(...).bad, so it cannot disagree.
+TEST_CASE("one element rule: the repro mismatch mask flags exactly what the verdict counted", "[cpu][L0]") {
+  // Circular distance, overflow-to-Inf in the output dtype and allowed encodings are part of the
+  // verdict. The repro bundle's mask used to be a second rule without them, so it flagged elements
+  // the verdict had accepted.
+  auto agree = [](const Output& g, const Tolerance& t, const std::vector<double>& a) {
+    const auto r = compare_tensor(g, a, t);
+    const auto m = mismatch_mask(g, t, a);
+    int64_t n = 0;
+    for (auto b : m) n += b;
+    INFO(r.summary());
+    CHECK(n == r.mismatches);
+    return m;
+  };
   Output ang = out_golden({0.01, 6.27, 3.0, 1.0});
   Tolerance per;
   per.atol = 0.05;
   per.period = 2 * M_PI;
-  const std::vector<double> a{6.28, 0.005, 3.1, 1.0};  // near 0 vs near 2pi: circular matches; 3.1 is off
-  const auto r = compare_tensor(ang, a, per);
-  int64_t bad = 0;
-  for (size_t i = 0; i < a.size(); ++i) bad += check_element(ang, per, i, a[i]).bad;
-  CHECK(r.mismatches == 1);
-  CHECK(bad == r.mismatches);
-  CHECK_FALSE(check_element(ang, per, 0, 6.28).bad);  // the old repro rule (no period) flagged this
+  // near 0 vs near 2pi: circular matches; 3.1 is off by 0.1
+  CHECK(agree(ang, per, {6.28, 0.005, 3.1, 1.0}) == std::vector<uint8_t>{0, 0, 1, 0});
 
   Output big = out_golden({6.0 * 0x1p127, 1.0});  // rounds to +Inf in fp32
   Tolerance t;
   t.rtol = 1e-6;
-  CHECK_FALSE(check_element(big, t, 0, INFINITY).bad);  // the old repro rule flagged this
-  CHECK(check_element(big, t, 0, 3.4028234663852886e38).bad);
+  CHECK(agree(big, t, {INFINITY, 1.0}) == std::vector<uint8_t>{0, 0});
+  CHECK(agree(big, t, {3.4028234663852886e38, 1.0}) == std::vector<uint8_t>{1, 0});  // saturated: wrong
+
+  Output code;
+  code.expected = Tensor{"q", {"M"}, {2}, DType::e2m1, {0.5, 1.0}};
+  code.rounded = std::vector<uint64_t>{encode(DType::e2m1, 0.5), encode(DType::e2m1, 1.0)};
+  code.allowed_mask = std::vector<uint64_t>{1ull << encode(DType::e2m1, 0.0), 0};  // 0 is also allowed at [0]
+  Tolerance ex;
+  ex.exact = true;
+  CHECK(agree(code, ex, {0.0, 1.0}) == std::vector<uint8_t>{0, 0});
+  CHECK(agree(code, ex, {0.5, 0.0}) == std::vector<uint8_t>{0, 1});
 }
 
 TEST_CASE("calibrate flags entries that no golden can select and default atols that swallow the signal", "[cpu][L0]") {
