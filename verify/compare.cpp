@@ -95,7 +95,7 @@ TensorReport compare_tensor(const Output& golden, const std::vector<double>& a, 
   double se = 0, sd = 0, sa = 0, sae = 0;
   std::vector<double> ulps;
   ulps.reserve(n);
-  int64_t nonfinite_first = -1;
+  int64_t nonfinite_first = -1, finite_pairs = 0;
   double worst_excess = -1;
   const bool float_dtype = info(g.dtype).is_float;
   for (size_t i = 0; i < n; ++i) {
@@ -107,6 +107,7 @@ TensorReport compare_tensor(const Output& golden, const std::vector<double>& a, 
       if (nonfinite_first < 0) nonfinite_first = static_cast<int64_t>(i);
     } else if (std::isfinite(x) && std::isfinite(y)) {
       const double d = c.err;
+      ++finite_pairs;
       se += y * y, sd += d * d, sa += x * x, sae += x * y;
       r.max_abs = std::max(r.max_abs, d);
       const double den = std::max(std::fabs(y), rel_floor);
@@ -131,6 +132,9 @@ TensorReport compare_tensor(const Output& golden, const std::vector<double>& a, 
     const size_t k = static_cast<size_t>(std::ceil(0.99 * static_cast<double>(ulps.size()))) - 1;
     std::nth_element(ulps.begin(), ulps.begin() + static_cast<ptrdiff_t>(k), ulps.end());
     r.ulp_p99 = ulps[k];
+  }
+  if (n > 0 && finite_pairs == 0) {  // e.g. an all-NaN candidate: no metric is 0 or 1, they are undefined
+    r.max_abs = r.max_rel = r.rms_rel = r.cosine = r.ulp_max = r.ulp_p99 = NAN;
   }
   if (r.worst < 0 && r.first_bad >= 0) r.worst = r.first_bad;
   if (r.first_bad >= 0) r.first_bad_index = g.index_str(r.first_bad);

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "reference/core/check.h"
+#include "reference/core/tensor.h"
 
 namespace assay::h5 {
 
@@ -184,11 +185,23 @@ DatasetInfo File::info(const std::string& ds) const {
   return r;
 }
 
+// The declared element count, refused (naming the dataset) when it overflows or the 8-byte
+// values it would take pass the memory limit: a 54 KB file may declare terabytes.
+int64_t File::declared_elements(const std::string& ds, const DatasetInfo& inf) const {
+  int64_t n = 0;
+  try {
+    n = numel(inf.shape);
+    check_memory(n, 16, "declared shape " + shape_str(inf.shape));  // the values and one working copy
+  } catch (const InputError& e) {
+    fail(ds, e.what());
+  }
+  return n;
+}
+
 std::vector<double> File::read_f64(const std::string& ds) const {
   auto inf = info(ds);
   if (!inf.is_float && !inf.is_integer) fail(ds, "dataset is not numeric");
-  hsize_t n = 1;
-  for (auto d : inf.shape) n *= static_cast<hsize_t>(d);
+  const auto n = static_cast<hsize_t>(declared_elements(ds, inf));
   std::vector<double> v(static_cast<size_t>(n));
   Handle d(H5Dopen2(file_.get(), ds.c_str(), H5P_DEFAULT), H5Dclose);
   if (n > 0 && H5Dread(d.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) < 0)
@@ -199,8 +212,7 @@ std::vector<double> File::read_f64(const std::string& ds) const {
 std::vector<uint64_t> File::read_u64(const std::string& ds) const {
   auto inf = info(ds);
   if (!inf.is_integer) fail(ds, "expected an integer (storage-bits) dataset");
-  hsize_t n = 1;
-  for (auto d : inf.shape) n *= static_cast<hsize_t>(d);
+  const auto n = static_cast<hsize_t>(declared_elements(ds, inf));
   Handle d(H5Dopen2(file_.get(), ds.c_str(), H5P_DEFAULT), H5Dclose);
   std::vector<uint64_t> v(static_cast<size_t>(n));
   if (inf.is_signed) {

@@ -81,6 +81,7 @@ class File {
   Handle obj(const std::string& path) const;
   [[noreturn]] void fail(const std::string& obj, const std::string& what) const;
   void require_regular_file() const;
+  int64_t declared_elements(const std::string& ds, const DatasetInfo& inf) const;
   std::string path_;
   Handle file_;
 };

@@ -1,16 +1,53 @@
 #include "reference/core/tensor.h"
 
+#include <unistd.h>
+
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 
 #include <fmt/format.h>
+
+#include "reference/core/check.h"
 
 namespace assay {
 
 int64_t numel(const Shape& s) {
   int64_t n = 1;
-  for (auto d : s) n *= d;
+  for (auto d : s) {
+    if (d < 0) throw InputError(fmt::format("shape {}: negative dimension", shape_str(s)));
+    if (__builtin_mul_overflow(n, d, &n))
+      throw InputError(fmt::format("shape {}: the element count overflows 64 bits", shape_str(s)));
+  }
   return n;
+}
+
+namespace {
+std::atomic<int64_t> g_memory_limit{0};
+int64_t default_memory_limit() {
+  if (const char* e = std::getenv("ASSAY_MAX_MEMORY")) {
+    char* end = nullptr;
+    const long long v = std::strtoll(e, &end, 10);
+    if (end && *end == 0 && v > 0) return v;
+  }
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page / 4 : (int64_t{4} << 30);
+}
+}  // namespace
+
+int64_t memory_limit() {
+  int64_t v = g_memory_limit.load();
+  if (v == 0) g_memory_limit.store(v = default_memory_limit());
+  return v;
+}
+void set_memory_limit(int64_t bytes) { g_memory_limit.store(bytes > 0 ? bytes : default_memory_limit()); }
+
+void check_memory(int64_t n, int64_t bytes_each, const std::string& what) {
+  int64_t bytes = 0;
+  if (n < 0 || __builtin_mul_overflow(n, bytes_each, &bytes) || bytes > memory_limit())
+    throw InputError(fmt::format("{}: {} elements of {} bytes is above the memory limit of {:.3g} GiB (--max-memory)", what, n,
+                                 bytes_each, static_cast<double>(memory_limit()) / (1 << 30)));
 }
 
 std::string shape_str(const Shape& s) {

@@ -15,7 +15,16 @@ namespace assay {
 
 using Shape = std::vector<int64_t>;
 
+// The element count; InputError on a negative dimension or a product past int64 (a shape such as
+// (4294967296, 4294967296) must not wrap to 0 and pass as an empty tensor).
 int64_t numel(const Shape& s);
+// Bytes a command may allocate for one tensor or dataset before it refuses (InputError naming it):
+// $ASSAY_MAX_MEMORY bytes if set (and set_memory_limit()), else a quarter of physical memory.
+int64_t memory_limit();
+void set_memory_limit(int64_t bytes);
+// Throws InputError("<what>: <n> elements of <bytes_each> bytes ... above the memory limit") if
+// n * bytes_each > memory_limit().
+void check_memory(int64_t n, int64_t bytes_each, const std::string& what);
 std::string shape_str(const Shape& s);  // "[2, 63, 4]"
 
 struct Tensor {

@@ -1,5 +1,6 @@
 // The assay CLI: subcommand entry points and shared options.
 #pragma once
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,21 @@ void add_sanitize(CLI::App& app, Common& common, int& rc);
 void add_calibrate(CLI::App& app, Common& common, int& rc);
 
 std::string default_fixtures_dir();
+// Validators: a finite number >= 0 (tolerances), a finite number > 0 (timeouts). NaN and Inf fail.
+inline const CLI::Validator kFiniteNonNegative(
+    [](std::string& s) -> std::string {
+      double v = 0;
+      if (!CLI::detail::lexical_cast(s, v) || !(v >= 0) || !std::isfinite(v)) return "must be a finite number >= 0, not " + s;
+      return {};
+    },
+    "FINITE>=0");
+inline const CLI::Validator kFinitePositive(
+    [](std::string& s) -> std::string {
+      double v = 0;
+      if (!CLI::detail::lexical_cast(s, v) || !(v > 0) || !std::isfinite(v)) return "must be a finite number > 0, not " + s;
+      return {};
+    },
+    "FINITE>0");
 std::string default_golden_dir(const std::string& level);  // L0: <source>/golden, else <build>/golden-<level>
 
 }  // namespace assay::cli

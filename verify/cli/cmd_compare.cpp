@@ -142,8 +142,10 @@ void add_compare(CLI::App& app, Common& common, int& rc) {
   s->add_option("--fixtures", common.fixtures_dir, "Fixtures directory (staleness check and tolerance policy)");
   s->add_flag("--no-fixture-check", o->no_fixture_check, "Skip regenerating inputs from the fixture (hashes still checked)");
   s->add_option("--profile", o->profile, "The kernel's precision profile (default: the candidate's precision_profile attribute, else strict)");
-  s->add_option("--atol", o->atol, "Override the selected entry's absolute tolerance (bound_k and period stay)");
-  s->add_option("--rtol", o->rtol, "Override the selected entry's relative tolerance (bound_k and period stay)");
+  s->add_option("--atol", o->atol, "Override the selected entry's absolute tolerance (bound_k and period stay)")
+      ->check(kFiniteNonNegative);
+  s->add_option("--rtol", o->rtol, "Override the selected entry's relative tolerance (bound_k and period stay)")
+      ->check(kFiniteNonNegative);
   s->add_flag("--json", common.json, "JSON report on stdout");
   s->callback([o, &common, &rc] { rc = run_compare(*o, common); });
 }

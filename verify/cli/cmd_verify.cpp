@@ -71,7 +71,8 @@ void add_run_options(CLI::App* s, VerifyCli& v, Common& common) {
   s->add_option("--fixtures", common.fixtures_dir, "Fixtures directory (staleness check and tolerance policy)");
   s->add_flag("--no-fixture-check", [&o](int64_t) { o.fixture_check = false; },
               "Skip regenerating inputs from the fixture (input hashes are still checked)");
-  s->add_option("--timeout", o.timeout_s, "Watchdog per worker, seconds (a case that takes longer is Hung)");
+  s->add_option("--timeout", o.timeout_s, "Watchdog per worker, seconds (a case that takes longer is Hung)")
+      ->check(kFinitePositive);
   s->add_option("--plugin", o.plugins, "Load kernels from a C ABI plugin .so (kernels/plugin/assay_plugin.h)");
   s->add_option("--shard", o.shard, "Run only shard k of n (1-based): item i goes to shard i % n + 1");
   s->add_option("--runs", o.runs, "Runs per case, each with a different poison (default 2)");

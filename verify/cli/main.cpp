@@ -7,6 +7,7 @@
 
 #include "assay_build.h"
 #include "reference/core/check.h"
+#include "reference/core/tensor.h"
 #include "verify/cli/cli.h"
 #include "verify/verdict.h"
 
@@ -35,6 +36,12 @@ int main(int argc, char** argv) {
   CLI::App app{"assay " ASSAY_VERSION ": reference oracles, goldens and a differential gate for GPU kernels"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("assay ") + ASSAY_VERSION);
+  // A global option, also accepted after the subcommand (fallthrough): `assay gen --max-memory 8G`.
+  app.fallthrough();
+  app.add_option_function<int64_t>("--max-memory", [](const int64_t& b) { set_memory_limit(b); },
+                                   "Refuse a tensor or dataset larger than this (bytes, or 512M / 8G; default: a quarter of RAM)")
+      ->transform(CLI::AsSizeValue(false))
+      ->check(CLI::PositiveNumber);
   cli::Common common;
   common.fixtures_dir = cli::default_fixtures_dir();
   int rc = kExitPass;

@@ -270,3 +270,36 @@ TEST_CASE("hostile input: FIFOs, overlapping specials, absurd -j, an unwritable 
   CHECK_THAT(x.out, assay_test::Contains("int_exact.h5"));
   CHECK_THAT(x.out, !assay_test::Contains("terminate called"));
 }
+
+TEST_CASE("hostile input: overflowing shapes, size bombs, NaN or negative tolerances and timeouts", "[cpu][L0]") {
+  auto d = tmpdir("hostile2");
+  auto exit2 = [](const Run& r, const std::string& must) {
+    INFO(r.out);
+    CHECK(r.code == 2);
+    CHECK_THAT(r.out, assay_test::Contains(must));
+  };
+  // B = T = 2^32: the element count wrapped to 0 and gen wrote a golden with declared dims, no data.
+  fs::create_directories(d / "fx");
+  std::ofstream(d / "fx" / "scaled_add.toml")
+      << "op = \"scaled_add\"\n[[case]]\nname = \"wrap\"\nlevel = \"L0\"\nB = 4294967296\nT = 4294967296\nD = 1\n"
+         "[[case]]\nname = \"huge\"\nlevel = \"L0\"\nB = 1\nT = 1000000000000\nD = 1\n";
+  const std::string gen = "gen --fixtures " + (d / "fx").string() + " --op scaled_add -q -j 1 --out " + (d / "out").string();
+  exit2(assay_test::run_assay(gen + " --case wrap", "timeout 60 "), "the element count overflows 64 bits");
+  exit2(assay_test::run_assay(gen + " --case huge", "timeout 60 "), "above the memory limit");
+  CHECK_FALSE(fs::exists(d / "out" / "scaled_add" / "wrap.h5"));
+  // A dataset that declares more than the memory limit is refused by name before it is read.
+  exit2(assay_test::run_assay("inspect " + kGolden, "ASSAY_MAX_MEMORY=4096 "), "declared shape");
+  exit2(assay_test::run_assay("--max-memory 4096 inspect " + kGolden), "above the memory limit");
+  exit2(assay_test::run_assay("inspect --max-memory 4K " + kGolden), "above the memory limit");
+  CHECK(assay_test::run_assay("inspect " + kGolden).code == 0);
+  // Tolerances and timeouts: NaN, negative and infinite values are usage errors, not silently 0.
+  const auto g = read_golden(kGolden);
+  write_candidate(d / "good.h5", g, [](double v, size_t) { return v; });
+  for (const char* bad : {"--atol -1", "--atol nan", "--rtol inf"}) {
+    auto r = run(std::string("compare ") + bad + " " + kGolden + " " + (d / "good.h5").string());
+    INFO(bad << ": " << r.out);
+    CHECK(r.code == 2);
+  }
+  CHECK(run("verify --timeout -1").code == 2);
+  CHECK(run("verify --timeout nan").code == 2);
+}

@@ -167,3 +167,13 @@ TEST_CASE("a NaN alternative the golden allows is accepted as a class, under any
   CHECK(compare_tensor(g, {std::nan(""), 1.0, std::nan("")}, t).verdict == Verdict::Incorrect);  // not allowed at [2]
   CHECK(compare_tensor(g, {INFINITY, 1.0, 2.0}, t).verdict == Verdict::Incorrect);             // Inf is not NaN
 }
+
+TEST_CASE("an all-NaN candidate's metrics are NaN, not a perfect 0 and 1", "[cpu][L0]") {
+  auto g = golden({1, -2, 3, 4});
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const auto r = compare_tensor(g, {nan, nan, nan, nan}, loose());
+  CHECK(r.verdict == Verdict::Incorrect);
+  CHECK(std::isnan(r.max_abs));
+  CHECK(std::isnan(r.cosine));
+  CHECK_THAT(r.summary(), assay_test::Contains("max_abs=nan"));
+}
