@@ -303,3 +303,33 @@ TEST_CASE("hostile input: overflowing shapes, size bombs, NaN or negative tolera
   CHECK(run("verify --timeout -1").code == 2);
   CHECK(run("verify --timeout nan").code == 2);
 }
+
+TEST_CASE("fixtures are parsed, not pattern-matched: [[case]] inside a string, non-table cases, negative seeds", "[cpu][L0]") {
+  auto d = tmpdir("parsed");
+  fs::create_directories(d / "fx");
+  auto gen = [&](const std::string& toml) {
+    std::ofstream(d / "fx" / "scaled_add.toml") << toml;
+    fs::remove_all(d / "out");
+    return assay_test::run_assay("gen --fixtures " + (d / "fx").string() + " --op scaled_add -q -j 1 --out " + (d / "out").string(),
+                                 "timeout 60 ");
+  };
+  // Valid TOML: a multi-line description holding a [[case]] line. It used to be counted as a header.
+  auto ok = gen("op = \"scaled_add\"\n[[case]]\nname = \"a\"\nlevel = \"L0\"\ndescription = \"\"\"\n[[case]]\n\"\"\"\nB = 1\nT = 2\nD = 2\n");
+  INFO(ok.out);
+  CHECK(ok.code == 0);
+  CHECK(fs::exists(d / "out" / "scaled_add" / "a.h5"));
+  if (fs::exists(d / "out" / "scaled_add" / "a.h5")) {
+    const auto g = read_golden((d / "out" / "scaled_add" / "a.h5").string());
+    CHECK_THAT(g.prov.case_toml, assay_test::Contains("description = \"\"\"\n[[case]]\n\"\"\""));
+  }
+  // A header-looking line in a string plus a `case` array of numbers: this segfaulted.
+  auto seg = gen("op = \"scaled_add\"\nnote = \"\"\"\n[[case]]\n\"\"\"\ncase = [1]\n");
+  INFO(seg.out);
+  CHECK(seg.code == 2);
+  CHECK_THAT(seg.out, assay_test::Contains("field 'case': element #1 is not a table"));
+  // A negative seed was stored as 2^64 - 1.
+  auto neg = gen("op = \"scaled_add\"\n[[case]]\nname = \"a\"\nlevel = \"L0\"\nseed = -1\nB = 1\nT = 2\nD = 2\n");
+  INFO(neg.out);
+  CHECK(neg.code == 2);
+  CHECK_THAT(neg.out, assay_test::Contains("field 'seed'"));
+}
