@@ -29,6 +29,8 @@ inline const CLI::Validator kFiniteNonNegative(
       return {};
     },
     "FINITE>=0");
+inline const CLI::Validator kNonEmpty(
+    [](std::string& s) -> std::string { return s.empty() ? "must not be empty" : std::string(); }, "NONEMPTY");
 inline const CLI::Validator kFinitePositive(
     [](std::string& s) -> std::string {
       double v = 0;

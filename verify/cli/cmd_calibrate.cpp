@@ -21,8 +21,8 @@ void add_calibrate(CLI::App& app, Common& common, int& rc) {
   auto* s = app.add_subcommand("calibrate", "Prove each op's tolerances: mutants must be rejected, precision emulations accepted");
   s->add_option("--op", o->ops, "Only these ops (default: every op with a fixture)");
   s->add_option("--case", o->case_glob, "Only L0 cases whose name matches this glob");
-  s->add_option("--golden", o->golden_dir, "Golden directory (default: the committed golden/)");
-  s->add_option("--fixtures", common.fixtures_dir, "Fixtures directory");
+  s->add_option("--golden", o->golden_dir, "Golden directory (default: the committed golden/)")->check(CLI::ExistingDirectory);
+  s->add_option("--fixtures", common.fixtures_dir, "Fixtures directory")->check(CLI::ExistingDirectory);
   s->add_option("-j,--jobs", o->jobs, "Parallel cases, 1 to 256 (default: all cores)")->check(CLI::Range(1, 256));
   s->add_flag("--json", common.json, "The report as JSON on stdout (kill matrix included)");
   s->add_option("--json-file", *json_file, "Also write the JSON report to this file");

@@ -139,7 +139,7 @@ void add_compare(CLI::App& app, Common& common, int& rc) {
   s->add_option("golden", o->golden, "Golden .h5")->required();
   s->add_option("candidate", o->candidate, "Candidate .h5 with /outputs/<name> datasets")->required();
   s->add_option("--output", o->outputs, "Compare only these outputs");
-  s->add_option("--fixtures", common.fixtures_dir, "Fixtures directory (staleness check and tolerance policy)");
+  s->add_option("--fixtures", common.fixtures_dir, "Fixtures directory (staleness check and tolerance policy)")->check(CLI::ExistingDirectory);
   s->add_flag("--no-fixture-check", o->no_fixture_check, "Skip regenerating inputs from the fixture (hashes still checked)");
   s->add_option("--profile", o->profile, "The kernel's precision profile (default: the candidate's precision_profile attribute, else strict)");
   s->add_option("--atol", o->atol, "Override the selected entry's absolute tolerance (bound_k and period stay)")

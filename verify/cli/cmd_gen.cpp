@@ -263,7 +263,7 @@ int run_gen(const GenOpts& o, const Common& common) {
     else if (rc != kExitInput && rc != kExitCouldNotRun) rc = kExitFail;
   }
   if (!global_msgs.empty() && rc == kExitPass) rc = kExitFail;
-  if (jobs.empty() && rc == kExitPass && !o.ops.empty()) {
+  if (jobs.empty() && rc == kExitPass && (!o.ops.empty() || o.case_glob != "*")) {
     // An explicit --op/--case selecting nothing is a usage error, not a silent pass.
     throw InputError(fmt::format("no {} case matches --case '{}' in the selected fixtures", o.level, o.case_glob));
   }
@@ -318,8 +318,9 @@ void add_gen(CLI::App& app, Common& common, int& rc) {
   s->add_option("--op", o->ops, "Only these ops (default: every fixtures/*.toml)");
   s->add_option("--case", o->case_glob, "Only cases whose name matches this glob");
   s->add_option("--level", o->level, "Fixture level: L0 (committed), L1, L2")->check(CLI::IsMember({"L0", "L1", "L2"}));
-  s->add_option("--out", o->out, "Output directory (default: golden/ for L0, <build>/golden-<level> otherwise)");
-  s->add_option("--fixtures", common.fixtures_dir, "Fixtures directory");
+  s->add_option("--out", o->out, "Output directory (default: golden/ for L0, <build>/golden-<level> otherwise)")
+      ->check(kNonEmpty);
+  s->add_option("--fixtures", common.fixtures_dir, "Fixtures directory")->check(CLI::ExistingDirectory);
   s->add_flag("--check", o->check, "Regenerate in memory and compare with the stored goldens and MANIFEST");
   s->add_flag("--list", o->list, "List the selected cases and exit");
   s->add_flag("--json", common.json, "Machine-readable summary on stdout");

@@ -67,8 +67,8 @@ void add_run_options(CLI::App* s, VerifyCli& v, Common& common) {
   s->add_option("--op", o.ops, "Only these ops (golden/<op>/)");
   s->add_option("--kernel", o.kernel_globs, "Only kernels whose name matches (glob)");
   s->add_option("--case", o.case_globs, "Only cases whose name matches (glob)");
-  s->add_option("--golden", o.golden_dir, "Golden directory (default: the committed L0 goldens)");
-  s->add_option("--fixtures", common.fixtures_dir, "Fixtures directory (staleness check and tolerance policy)");
+  s->add_option("--golden", o.golden_dir, "Golden directory (default: the committed L0 goldens)")->check(CLI::ExistingDirectory);
+  s->add_option("--fixtures", common.fixtures_dir, "Fixtures directory (staleness check and tolerance policy)")->check(CLI::ExistingDirectory);
   s->add_flag("--no-fixture-check", [&o](int64_t) { o.fixture_check = false; },
               "Skip regenerating inputs from the fixture (input hashes are still checked)");
   s->add_option("--timeout", o.timeout_s, "Watchdog per worker, seconds (a case that takes longer is Hung)")

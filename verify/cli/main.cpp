@@ -51,6 +51,19 @@ int main(int argc, char** argv) {
   cli::add_verify(app, common, rc);
   cli::add_sanitize(app, common, rc);
   cli::add_calibrate(app, common, rc);
+  // An unknown first word is named as such (CLI11 alone says "A subcommand is required").
+  if (argc > 1 && argv[1][0] != '-') {
+    std::string known;
+    bool found = false;
+    for (const auto* sc : app.get_subcommands([](const CLI::App*) { return true; })) {
+      found = found || sc->get_name() == argv[1];
+      if (sc->get_name().rfind("__", 0) != 0) known += (known.empty() ? "" : ", ") + sc->get_name();
+    }
+    if (!found) {
+      std::cerr << "assay: usage error: unknown subcommand '" << argv[1] << "' (" << known << ")\n";
+      return kExitInput;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

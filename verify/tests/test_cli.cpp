@@ -333,3 +333,19 @@ TEST_CASE("fixtures are parsed, not pattern-matched: [[case]] inside a string, n
   CHECK(neg.code == 2);
   CHECK_THAT(neg.out, assay_test::Contains("field 'seed'"));
 }
+
+TEST_CASE("usage errors are named: a missing --fixtures, an empty --out, an unmatched --case, an unknown subcommand", "[cpu][L0]") {
+  auto exit2 = [](const Run& r, const std::string& must) {
+    INFO(r.out);
+    CHECK(r.code == 2);
+    CHECK(lines(r.out) == 1);
+    CHECK_THAT(r.out, assay_test::Contains(must));
+  };
+  // It used to blame the golden ("Stale: fixture ... no longer exists").
+  exit2(run("compare --fixtures /nonexistent " + kGolden + " " + kGolden), "--fixtures: Directory does not exist");
+  // It used to write into the committed golden/ (the default) without a word.
+  exit2(run("gen --op scaled_add --check -q --out \"\""), "--out: must not be empty");
+  // It used to exit 0 having done nothing.
+  exit2(run("gen --case 'zzz*' -q"), "no L0 case matches --case 'zzz*'");
+  exit2(run("frobnicate"), "unknown subcommand 'frobnicate' (gen, inspect, compare, verify, sanitize, calibrate)");
+}
