@@ -13,7 +13,12 @@ namespace assay::h5 {
 
 namespace {
 struct SilenceHdf5 {
-  SilenceHdf5() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+  SilenceHdf5() {
+    // No library shutdown at exit: after a failed H5Fclose (disk full) the library still holds the
+    // file, and its atexit cleanup would crash flushing it again. The OS reclaims everything.
+    H5dont_atexit();
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  }
 };
 const SilenceHdf5 silence_hdf5;
 
@@ -93,7 +98,13 @@ void File::overwrite(const std::string& ds, Elem e, const void* data) {
   if (!d || H5Dwrite(d.get(), native(e), H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0) fail(ds, "cannot overwrite dataset");
 }
 
-void File::close() { file_.reset(); }
+void File::close() {
+  if (!file_) return;
+  const hid_t id = file_.release();
+  const herr_t fl = H5Fflush(id, H5F_SCOPE_LOCAL);
+  const herr_t cl = H5Fclose(id);
+  if (fl < 0 || cl < 0) fail("", "cannot flush or close the file (disk full or an I/O error?)");
+}
 
 bool File::exists(const std::string& p) const {
   // Check each path component so that a missing parent is not an error.

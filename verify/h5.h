@@ -33,6 +33,11 @@ class Handle {
     if (id_ >= 0 && close_) close_(id_);
     id_ = -1;
   }
+  hid_t release() {  // the caller closes it (and checks the result)
+    const hid_t id = id_;
+    id_ = -1;
+    return id;
+  }
 
  private:
   hid_t id_ = -1;
@@ -75,6 +80,8 @@ class File {
   int64_t attr_int(const std::string& obj, const std::string& name) const;
   double attr_f64(const std::string& obj, const std::string& name) const;
 
+  // Flushes and closes; InputError if either fails (disk full, quota, I/O error): a file that did
+  // not close cleanly must not be renamed into place.
   void close();
 
  private:

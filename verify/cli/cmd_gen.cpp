@@ -87,9 +87,19 @@ void write_manifest(const fs::path& p, const std::map<std::string, std::string>&
     out << "# assay golden manifest: <op>/<case>.h5 <level> <input>=<fnv1a64 of storage bits> ...\n"
            "# Written by `assay gen`; checked by `assay gen --check`. Do not edit by hand.\n";
     for (const auto& [k, v] : m) out << v << "\n";
-    if (!out) throw InputError(fmt::format("{}: cannot write", tmp));
+    out.close();
+    if (!out) {
+      std::error_code ec;
+      fs::remove(tmp, ec);
+      throw InputError(fmt::format("{}: cannot write (disk full?)", p.string()));
+    }
   }
-  fs::rename(tmp, p);
+  std::error_code ec;
+  fs::rename(tmp, p, ec);
+  if (ec) {
+    fs::remove(tmp, ec);
+    throw InputError(fmt::format("{}: cannot replace: {}", p.string(), ec.message()));
+  }
 }
 
 int run_gen(const GenOpts& o, const Common& common) {
@@ -178,7 +188,10 @@ int run_gen(const GenOpts& o, const Common& common) {
             write_error = e.what();
           }
         }
-        if (!write_error.empty()) throw InputError(write_error);
+        if (!write_error.empty()) {
+          j.manifest.clear();  // no golden, no MANIFEST line
+          throw InputError(write_error);
+        }
       }
     } catch (const InputError& e) {
       j.status = "input-error";

@@ -349,3 +349,21 @@ TEST_CASE("usage errors are named: a missing --fixtures, an empty --out, an unma
   exit2(run("gen --case 'zzz*' -q"), "no L0 case matches --case 'zzz*'");
   exit2(run("frobnicate"), "unknown subcommand 'frobnicate' (gen, inspect, compare, verify, sanitize, calibrate)");
 }
+
+TEST_CASE("a golden whose file cannot be completed is never left under its name (disk full)", "[cpu][L0]") {
+  // The file-size limit (ulimit -f, SIGXFSZ ignored) makes HDF5's writes fail with EFBIG as a full
+  // disk would. gen used to ignore the failed close, rename the truncated file into place, list it
+  // in the MANIFEST and then crash in HDF5's exit-time cleanup (SIGSEGV).
+  auto d = tmpdir("diskfull");
+  const std::string limited = "bash -c 'trap \"\" XFSZ; ulimit -f 16; exec \"$0\" \"$@\"' ";
+  auto r = assay_test::run_assay("gen --op scaled_add -q -j 1 --out " + (d / "out").string(), "timeout 120 " + limited);
+  INFO(r.out);
+  CHECK(r.code == 2);
+  CHECK_THAT(r.out, assay_test::Contains("cannot flush or close the file"));
+  CHECK_THAT(r.out, !assay_test::Contains("HDF5-DIAG"));
+  size_t left = 0;
+  if (fs::exists(d / "out" / "scaled_add"))
+    for (const auto& e : fs::directory_iterator(d / "out" / "scaled_add")) (void)e, ++left;
+  CHECK(left == 0);  // neither a truncated golden nor a temp file
+  CHECK_FALSE(fs::exists(d / "out" / "MANIFEST"));
+}
