@@ -219,6 +219,18 @@ std::pair<Params, Inputs> realize(const Case& c, uint64_t seed) {
 
 double worst(double a, double b) { return std::max(a, b); }
 
+// dQ, dK, dV and dSink of `x` agree with the reference `ref` to 1e-12; returns the worst agreement.
+double check_grads_agree(const BackwardResult& x, const BackwardResult& ref, const std::string& name) {
+  const double dq = agreement_rel(x.dq, ref.dq), dk = agreement_rel(x.dk, ref.dk), dv = agreement_rel(x.dv, ref.dv),
+               ds = agreement_rel(x.dsink, ref.dsink);
+  INFO(name << ": dQ " << dq << " dK " << dk << " dV " << dv << " dSink " << ds);
+  CHECK(dq <= 1e-12);
+  CHECK(dk <= 1e-12);
+  CHECK(dv <= 1e-12);
+  CHECK(ds <= 1e-12);
+  return worst(worst(dq, dk), worst(dv, ds));
+}
+
 // Central finite-difference gradient of L = <dout, O> + <dlse, LSE> (form (a)) w.r.t. x.
 std::vector<double> fd_grad(const Params& p, Inputs in, std::vector<double> Inputs::*field,
                             const std::vector<double>& dout, const std::vector<double>& dlse) {
@@ -286,14 +298,7 @@ TEST_CASE("forms (a) and (b) agree to 1e-12, forward and backward", "[cpu][L0]")
       if (a.lse[i] == kNegInf) dlse[i] = 0;
     const auto ga = backward_definitional(p, in.q, in.k, in.v, in.sink, dout, dlse);
     const auto gb = backward_tiled(p, in.q, in.k, in.v, in.sink, b.o, b.lse, dout, dlse);
-    const double dq = agreement_rel(gb.dq, ga.dq), dk = agreement_rel(gb.dk, ga.dk),
-                 dv = agreement_rel(gb.dv, ga.dv), ds = agreement_rel(gb.dsink, ga.dsink);
-    INFO(c.name << ": dQ " << dq << " dK " << dk << " dV " << dv << " dSink " << ds);
-    CHECK(dq <= 1e-12);
-    CHECK(dk <= 1e-12);
-    CHECK(dv <= 1e-12);
-    CHECK(ds <= 1e-12);
-    worst_bwd = worst(worst_bwd, worst(worst(dq, dk), worst(dv, ds)));
+    worst_bwd = worst(worst_bwd, check_grads_agree(gb, ga, c.name));
   }
   std::printf("[attention] worst agreement_rel (a) vs (b): forward %.3e, split combine %.3e, "
               "backward %.3e\n", worst_fwd, worst_comb, worst_bwd);
@@ -696,14 +701,7 @@ TEST_CASE("kernel emulations without rounding equal the oracle, with rounding th
       if (a.lse[i] == kNegInf) dlse[i] = 0;
     const auto ga = backward_definitional(p, in.q, in.k, in.v, in.sink, dout, dlse);
     const auto ge = backward_emulated(p, in.q, in.k, in.v, in.sink, a.o, a.lse, dout, dlse, exact);
-    const double dq = agreement_rel(ge.dq, ga.dq), dk = agreement_rel(ge.dk, ga.dk),
-                 dv = agreement_rel(ge.dv, ga.dv), ds = agreement_rel(ge.dsink, ga.dsink);
-    INFO(c.name << ": dQ " << dq << " dK " << dk << " dV " << dv << " dSink " << ds);
-    CHECK(dq <= 1e-12);
-    CHECK(dk <= 1e-12);
-    CHECK(dv <= 1e-12);
-    CHECK(ds <= 1e-12);
-    worst_bwd = worst(worst_bwd, worst(worst(dq, dk), worst(dv, ds)));
+    worst_bwd = worst(worst_bwd, check_grads_agree(ge, ga, c.name));
   }
   std::printf("[attention] emulations without rounding vs form (a): forward %.3e, backward %.3e\n", worst_fwd, worst_bwd);
   // With rounding the emulations are low-precision kernels (the checks are not vacuous): relative
