@@ -5,7 +5,7 @@
 // them into FMAs nor use approximate division). Build without --use_fast_math and without
 // -ftz=true: fp32 subnormals (the UE8M0 byte 0 = 2^-127 multiplier, bf16 subnormal inputs) matter.
 //
-// Conventions (../shared/spec/quantization.md, reference/quant/quant.h):
+// Conventions (as reference/quant/quant.h states them):
 //   E4M3 / E5M2 encode   __nv_cvt_float_to_fp8 (RNE; __NV_SATFINITE: cvt.rn.satfinite on sm_89+;
 //                        __NV_NOSAT: the header's bit-exact software path)      (A2.1)
 //   E2M1 encode          RNE + satfinite decision table, NaN -> +6 (code 7), sign of zero kept (A2.4)

@@ -14,7 +14,7 @@
 //       combine. Backward FA2-style: preprocess Delta = rowsum(dO o O), then KV-tile-outer loops that
 //       recompute P = exp(S - LSE) from the stored LSE.
 //
-// Conventions (FlashAttention, Dao-AILab/flash-attention @ 0251105a2fb1; ../shared/spec/attention.md):
+// Conventions (FlashAttention, Dao-AILab/flash-attention @ 0251105a2fb1):
 //   * Scores  s_ij = scale * <q_i, k_j>, scale defaults to 1/sqrt(D). Softcap (softcap > 0):
 //     s_ij = softcap * tanh(s_ij / softcap), applied to the scaled scores before masking (spec 4.6).
 //   * GQA / MQA: query head h reads KV head h / (Hq / Hkv) (contiguous groups, never h % Hkv) (spec 2).

@@ -3,7 +3,7 @@
 // Encode rounds to nearest, ties to even (RNE), DIRECTLY from the fp64 value: never via fp32.
 // Decode is exact (every code of these formats is an fp64 value).
 //
-// Overflow and special values follow ../shared/spec/quantization.md (A1, A2):
+// Overflow and special values (the quantization rules A1, A2 that reference/quant/quant.h cites):
 //   "overflow" means the RNE result (on the format's grid continued past max) exceeds max finite,
 //   i.e. |x| >= max + ulp(max)/2 with the tie at max + ulp/2 resolved by RNE (e4m3: 464 -> 448,
 //   e5m2: 61440 -> overflow, fp16: 65520 -> overflow, e2m1: 5 -> 4, 7 -> overflow).

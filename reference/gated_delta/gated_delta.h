@@ -1,7 +1,7 @@
 // Gated delta rule (Gated DeltaNet, fla `chunk_gated_delta_rule` / `fused_recurrent_gated_delta_rule`)
 // fp64 oracles in two independently built forms, plus a single-token decode step.
 //
-// Semantics: ../shared/spec/sequence-models.md section 3 (fla-org/flash-linear-attention @ bc3b101d).
+// Semantics: fla-org/flash-linear-attention @ bc3b101d, as written out below.
 //
 //   recurrent()  definitional form, token by token, decay FIRST (spec 3.2):
 //                  S <- exp(g_t) S;  kv_mem = S^T k_t;  delta = beta_t (v_t - kv_mem);

@@ -3,7 +3,7 @@
 // state-to-output, separate same-step gamma term), plus per-element error-bound magnitudes and
 // per-chunk start states for bisection.
 //
-// Semantics: ../shared/spec/sequence-models.md sections 2.1-2.6, checked against the upstream code
+// Semantics: written out below (section tags 2.1-2.6), checked against the upstream code
 // of state-spaces/mamba:
 //   SISO  tests/ops/triton/test_mamba3_siso.py (mamba3_siso_step_ref, mamba3_siso_fwd_ref),
 //         mamba_ssm/ops/triton/mamba3/mamba3_siso_fwd.py (mamba3_siso_fwd_kernel),

@@ -2,7 +2,7 @@
 // master-weight copies (RNE, TE remainder, stochastic rounding), SGD, Lion, LAMB (apex), Adafactor
 // (PyTorch >= 2.5), Muon (Newton-Schulz), global grad-norm clipping and dynamic loss scaling.
 //
-// Semantics: ../shared/spec/optimizers.md (sections B1-B6, C). Where that note and the upstream
+// Semantics: written out per function below (rule tags B1-B6, C). Where our notes and the upstream
 // source disagree the source wins; each function says which it follows.
 //
 // Two kinds of form per optimizer:

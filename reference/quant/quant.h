@@ -2,7 +2,8 @@
 // FP8 (per-tensor, per-channel, DeepSeek/DeepGEMM 1x128 and 128x128 blocks), the 128x4 scale-factor
 // swizzle, dequantization, the block-scaled GEMM reference and FP8 QAT fake-quant (STE backward).
 //
-// Semantics: ../shared/spec/quantization.md (section tags A2.x, A3.x, ... below refer to it).
+// Semantics: written out below; the tags A2.x, A3.x, ... number the quantization rules, and the
+// fixtures, tests and kernels cite them.
 // Quantizers have exact answers: every quantizer here emits the exact codes a correct kernel must
 // produce (fp32 emulation of the kernel's operation order, -ffp-contract=off, no fast-math), and
 // where the spec allows more than one encoding, a per-element bit mask of the allowed codes.

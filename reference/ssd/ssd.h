@@ -6,7 +6,7 @@
 //                    state-to-output), GEMM-shaped with Eigen, in the kernels' decomposition.
 // ssd::oracle runs both, measures their agreement and packages goldens (reference/core/tensor.h).
 //
-// Semantics: ../shared/spec/sequence-models.md sections 1.1-1.7 (state-spaces/mamba @ e9594ce).
+// Semantics: written out below (section tags 1.1-1.7), from state-spaces/mamba @ e9594ce.
 // Where the torch references and the Triton kernels differ, the kernels (the component under
 // test) are followed: (1) dt is ALWAYS clamped to dt_limit, default (0, inf), as in
 // `_chunk_cumsum_fwd_kernel` (the torch refs never clamp by default); (2) packed sequences reset

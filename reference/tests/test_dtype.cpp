@@ -3,7 +3,7 @@
 //    the A1 bit layouts without calling decode(); nearest neighbour by exact comparison with the
 //    midpoint, which is exact in fp64 for every format here);
 //  * hardware / compiler conversions where they exist (fp32 -> bf16 bit trick, fp64 -> _Float16);
-//  * the examples of ../shared/spec/quantization.md A2.1, A2.2, A2.3, A2.4, A2.5 and A4.
+//  * the worked examples of the quantization rules A2.1, A2.2, A2.3, A2.4, A2.5 and A4.
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
