@@ -5,7 +5,6 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
-#include <mutex>
 #include <set>
 #include <thread>
 
@@ -17,6 +16,7 @@
 #include "reference/core/check.h"
 #include "verify/compare.h"
 #include "verify/golden.h"
+#include "verify/stale.h"
 #include "verify/tolerance.h"
 
 namespace assay {
@@ -58,7 +58,8 @@ struct CaseWork {
   std::vector<std::string> lint;
 };
 
-void run_case(const gen::OpDef& op, const TolerancePolicy& policy, const std::vector<std::string>& profiles, CaseWork& w) {
+void run_case(const gen::OpDef& op, const TolerancePolicy& policy, const std::vector<std::string>& profiles,
+              const std::string& fixtures_dir, CaseWork& w) {
   const gen::Case& c = *w.c;
   Golden g;
   try {
@@ -68,22 +69,12 @@ void run_case(const gen::OpDef& op, const TolerancePolicy& policy, const std::ve
     return;
   }
   for (const auto& o : g.outputs) w.outputs.emplace_back(o.expected.name, o.expected.dtype);
-  gen::Inputs in(c);
-  op.make_inputs(c, in);
-  {
-    bool same = in.all().size() == g.inputs.size();
-    for (size_t i = 0; same && i < g.inputs.size(); ++i) {
-      const auto* gi = g.input(in.all()[i].name);
-      same = gi && gi->data.size() == in.all()[i].data.size() &&
-             std::equal(gi->data.begin(), gi->data.end(), in.all()[i].data.begin(),
-                        [](double a, double b) { return a == b || (std::isnan(a) && std::isnan(b)); });
-    }
-    if (!same) {
-      w.problems.push_back(fmt::format("case {}: Stale: {} does not hold the fixture's inputs (run assay gen --op {})",
-                                       c.name, w.golden_path, op.name));
-      return;
-    }
+  if (const auto st = check_stale(g, fixtures_dir); st.stale) {
+    w.problems.push_back(fmt::format("case {}: Stale: {} (run assay gen --op {})", c.name, st.reason, op.name));
+    return;
   }
+  gen::Inputs in(c);  // the golden's inputs, as check_stale just proved
+  op.make_inputs(c, in);
   // Lint: a per-dtype default tolerance whose atol alone admits a 100% error on a non-zero element.
   for (const auto& o : g.outputs) {
     const auto tol = policy.lookup(op.name, o.expected.name, o.expected.dtype);
@@ -237,22 +228,18 @@ CalibrationReport calibrate(const CalibrateOptions& o) {
                                                static_cast<int>(work.size())));
     std::atomic<size_t> next{0};
     std::vector<std::thread> pool;
-    std::mutex err_mu;
-    std::string first_error;
     for (int t = 0; t < jobs; ++t)
       pool.emplace_back([&] {
         for (size_t i; (i = next++) < work.size();) {
           try {
-            run_case(*op, policy, oc.profiles, work[i]);
-          } catch (const std::exception& e) {
-            std::lock_guard<std::mutex> lk(err_mu);
+            run_case(*op, policy, oc.profiles, o.fixtures_dir, work[i]);
+          } catch (const std::exception& e) {  // work[i] is this thread's alone
             work[i].problems.push_back(fmt::format("case {}: {}", work[i].c->name, e.what()));
           }
         }
       });
     for (auto& t : pool) t.join();
     std::set<std::pair<std::string, DType>> seen;
-    std::set<std::string> lint_seen;
     for (auto& w : work) {
       for (auto& c : w.cells) oc.cells.push_back(std::move(c));
       for (auto& p : w.problems) oc.problems.push_back(std::move(p));

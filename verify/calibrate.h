@@ -3,7 +3,7 @@
 // which it must accept under the profile they claim.
 //
 // For every selected op and every L0 case with a committed golden:
-//   - the inputs are regenerated from the fixture and must equal the golden's (else Stale);
+//   - the golden must not be Stale (verify/stale.h: recorded hashes, case text, regenerated inputs);
 //   - every variant runs on those inputs; its outputs are rounded to each output's dtype and judged
 //     by the real policy (fixtures/<op>.toml, verify/tolerance.h) and the real compare_tensor;
 //   - margin = max over the variant's outputs and elements of error / allowed

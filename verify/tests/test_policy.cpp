@@ -48,6 +48,12 @@ dtype = "fp32"
 profile = "tf32"
 rtol = 1e-3
 why = "tf32: 2^-11 per product"
+[[tolerance]]
+output = "tight"
+dtype = "fp32"
+profile = "tf32"
+rtol = 1e-9
+why = "an entry tighter than strict's default"
 [[case]]
 name = "c"
 level = "L0"
@@ -108,6 +114,12 @@ TEST_CASE("a failure names the profile under which it would pass", "[cpu][L0]") 
   CHECK(compare_with_policy(p, "demo", g, {1.0, 2.0 * (1 + 2e-4), 3.0}, "tf32").verdict == Verdict::Passed);
   // Wrong under every profile: no hint.
   CHECK(compare_with_policy(p, "demo", g, {1.0, 2.5, 3.0}).hint.empty());
+  // A profile entry tighter than strict's: the hint can name strict itself (no declared [profiles] why).
+  Output g2 = out_golden({1.0, 2.0, 3.0});
+  g2.expected.name = "tight";
+  const auto t = compare_with_policy(p, "demo", g2, {1.0, 2.0 * (1 + 1e-7), 3.0}, "tf32");
+  CHECK(t.verdict == Verdict::Incorrect);
+  CHECK_THAT(t.hint, assay_test::Contains("profile 'strict' (declare it if the kernel computes that way: rounding to the storage dtypes only)"));
 }
 
 TEST_CASE("a bound term with factor 0 adds nothing: 0 * inf is not NaN, and NaN allows nothing", "[cpu][L0]") {
