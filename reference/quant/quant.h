@@ -231,6 +231,11 @@ MxResult mx_quantize(const std::vector<float>& x, int64_t M, int64_t N, const Mx
 // down its normal-number bit path: (0x7FFFFFFF + (-126 << 23) + 0x1FFFFF + 1) >> 22 = 260, cast to
 // uint8 = 4 (+2.0).
 inline constexpr uint8_t kAoNanE2m1Code = 4;
+// torchao's to_mx as torchao computes it (quant_torchao.cpp), written independently of
+// mx_quantize, for calibration only: codes, scales and MXFP4 bytes (allowed/alt fields empty).
+// clamp_min_normal reproduces torchao's F32_MIN_NORMAL scale clamp (the upstream defect above).
+MxResult mx_quantize_torchao(const std::vector<float>& x, int64_t M, int64_t N, const MxConfig& cfg,
+                             bool clamp_min_normal);
 std::vector<double> mx_dequantize(const MxDir& d, DType elem);  // exact: P * 2^(e-127); NaN scale -> NaN
 int mx_emax(DType elem);  // E4M3 8, E5M2 15, E2M1 2
 
@@ -378,6 +383,11 @@ MxResult mx_quantize(const std::vector<float>& x, int64_t M, int64_t N, const Mx
 // down its normal-number bit path: (0x7FFFFFFF + (-126 << 23) + 0x1FFFFF + 1) >> 22 = 260, cast to
 // uint8 = 4 (+2.0).
 inline constexpr uint8_t kAoNanE2m1Code = 4;
+// torchao's to_mx as torchao computes it (quant_torchao.cpp), written independently of
+// mx_quantize, for calibration only: codes, scales and MXFP4 bytes (allowed/alt fields empty).
+// clamp_min_normal reproduces torchao's F32_MIN_NORMAL scale clamp (the upstream defect above).
+MxResult mx_quantize_torchao(const std::vector<float>& x, int64_t M, int64_t N, const MxConfig& cfg,
+                             bool clamp_min_normal);
 Fp8Result fp8_quantize(const std::vector<float>& x, int64_t M, int64_t N, const Fp8Config& cfg);
 std::vector<uint8_t> swizzle_scales_permute(const std::vector<uint8_t>& compact, int64_t rows,
                                             int64_t cols, uint8_t pad = 0);
