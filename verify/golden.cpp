@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -10,6 +11,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "fixtures/gen/philox.h"
 #include "reference/core/check.h"
 #include "verify/h5.h"
 
@@ -55,6 +57,65 @@ static std::vector<std::string> split_axes(const std::string& s) {
     p = q + 1;
   }
   return r;
+}
+
+namespace {
+// Length-prefixed pieces, so that ("ab","c") and ("a","bc") hash differently.
+struct Hasher {
+  uint64_t h = 0xcbf29ce484222325ull;
+  Hasher& str(std::string_view s) {
+    const uint64_t n = s.size();
+    h = gen::fnv1a64(&n, sizeof n, h);
+    h = gen::fnv1a64(s.data(), s.size(), h);
+    return *this;
+  }
+  template <class T>
+  Hasher& vec(const std::vector<T>& v) {  // little-endian host (as the HDF5 element types)
+    const uint64_t n = v.size();
+    h = gen::fnv1a64(&n, sizeof n, h);
+    h = gen::fnv1a64(v.data(), v.size() * sizeof(T), h);
+    return *this;
+  }
+  Hasher& f64(double x) { return vec(std::vector<double>{x}); }
+  std::string hex() const { return fmt::format("{:016x}", h); }
+};
+}  // namespace
+
+std::map<std::string, std::string> golden_hashes(const Golden& g) {
+  std::map<std::string, std::string> m;
+  for (const auto& o : g.outputs) {
+    const auto& e = o.expected;
+    auto head = [&](std::string_view group) {
+      Hasher x;
+      x.str(group).str(e.name).str(shape_str(e.shape));
+      return x;
+    };
+    m["/expected/" + e.name] =
+        head("expected").str(name(e.dtype)).str(join_axes(e.axes)).str(o.allow_nonfinite ? "1" : "0").vec(e.data).hex();
+    if (o.rounded) m["/rounded/" + e.name] = head("rounded").str(name(e.dtype)).vec(*o.rounded).hex();
+    if (o.bound) m["/bounds/" + e.name] = head("bounds").vec(*o.bound).hex();
+    if (o.allowed_mask) m["/allowed_mask/" + e.name] = head("allowed_mask").vec(*o.allowed_mask).hex();
+    if (o.alt) m["/alt/" + e.name] = head("alt").vec(*o.alt).hex();
+  }
+  for (const auto& t : g.intermediates)
+    m["/intermediates/" + t.name] = Hasher().str("intermediates").str(t.name).str(shape_str(t.shape)).str(join_axes(t.axes)).vec(t.data).hex();
+  return m;
+}
+
+std::string content_hash(const Golden& g) {
+  const auto& p = g.prov;
+  Hasher x;
+  x.str(std::to_string(p.schema_version)).str(p.op).str(p.case_name).str(p.level).str(p.case_toml).str(std::to_string(p.seed)).str(p.rng);
+  for (const auto& a : g.agreement) x.str(a.tensor).str(a.form_a).str(a.form_b).f64(a.max_rel);
+  std::vector<size_t> order(g.inputs.size());  // by name: a reader lists them sorted
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return g.inputs[a].name < g.inputs[b].name; });
+  for (const size_t i : order) {
+    const auto& t = g.inputs[i];
+    x.str(t.name).str(name(t.dtype)).str(join_axes(t.axes)).str(shape_str(t.shape)).str(i < g.input_hashes.size() ? g.input_hashes[i] : "");
+  }
+  for (const auto& [path, h] : golden_hashes(g)) x.str(path).str(h);
+  return x.hex();
 }
 
 static void write_codes(h5::File& f, const std::string& ds, DType t, const Shape& shape, const std::vector<uint64_t>& codes) {
@@ -120,6 +181,8 @@ void write_golden(const std::string& path, const Golden& g) {
       f.write(ds, h5::Elem::f64, t.shape, t.data.data());
       f.set_attr(ds, "axes", join_axes(t.axes));
     }
+    for (const auto& [ds, h] : golden_hashes(g)) f.set_attr(ds, "fnv1a64", h);
+    f.set_attr("/", "content_fnv1a64", content_hash(g));
     f.close();
     fs::rename(tmp, path);
   } catch (...) {
@@ -159,12 +222,19 @@ Golden read_golden(const std::string& path) {
   auto& p = g.prov;
   p.schema_version = f.attr_int("/", "schema_version");
   if (p.schema_version != kSchemaVersion)
-    throw InputError(fmt::format("{}: attribute 'schema_version': {} (this assay reads {})", path, p.schema_version, kSchemaVersion));
+    throw InputError(fmt::format("{}: attribute 'schema_version': {} (this assay reads {}; regenerate with assay gen){}", path,
+                                 p.schema_version, kSchemaVersion,
+                                 p.schema_version == 1 ? ": version 1 goldens carry no content hashes" : ""));
   p.op = f.attr_str("/", "op");
   p.case_name = f.attr_str("/", "case");
   p.level = f.attr_str("/", "level");
   p.case_toml = f.attr_str("/", "case_toml");
-  p.seed = std::stoull(f.attr_str("/", "seed"));
+  {
+    const auto s = f.attr_str("/", "seed");
+    const auto r = std::from_chars(s.data(), s.data() + s.size(), p.seed);
+    if (s.empty() || r.ec != std::errc() || r.ptr != s.data() + s.size())
+      throw InputError(fmt::format("{}: attribute 'seed': '{}' is not a decimal uint64", path, s));
+  }
   p.rng = f.attr_str("/", "rng");
   p.generator = f.attr_str("/", "generator");
   p.git_rev = f.attr_str("/", "git_rev");
@@ -174,6 +244,27 @@ Golden read_golden(const std::string& path) {
       g.agreement.push_back({a.at("tensor"), a.at("form_a"), a.at("form_b"), a.at("max_rel")});
   } catch (const nlohmann::json::exception&) {
     throw InputError(fmt::format("{}: attribute 'oracle_agreement': malformed JSON", path));
+  }
+  {
+    // The whole file's declared size, before anything is loaded: many datasets each under the
+    // limit must not add up past it (a small file can declare huge chunked datasets).
+    int64_t total = 0;
+    for (const char* grp : {"/inputs", "/expected", "/rounded", "/bounds", "/allowed_mask", "/alt", "/intermediates"}) {
+      if (!f.exists(grp)) continue;
+      for (const auto& n : f.list(grp)) {
+        const std::string ds = std::string(grp) + "/" + n;
+        try {
+          if (__builtin_add_overflow(total, numel(f.info(ds).shape), &total)) throw InputError("element count overflows");
+        } catch (const InputError& e) {
+          throw InputError(fmt::format("{}: {}: {}", path, ds, e.what()));
+        }
+      }
+    }
+    try {
+      check_memory(total, 16, "its datasets together");
+    } catch (const InputError& e) {
+      throw InputError(fmt::format("{}: {}", path, e.what()));
+    }
   }
   for (const auto& n : f.list("/inputs")) {
     const std::string ds = "/inputs/" + n;
@@ -231,6 +322,9 @@ Golden read_golden(const std::string& path) {
     t.data = f.read_f64(ds);
     g.intermediates.push_back(std::move(t));
   }
+  for (const auto& [ds, h] : golden_hashes(g))
+    if (f.has_attr(ds, "fnv1a64")) g.recorded_hashes[ds] = f.attr_str(ds, "fnv1a64");
+  if (f.has_attr("/", "content_fnv1a64")) g.recorded_content_hash = f.attr_str("/", "content_fnv1a64");
   return g;
 }
 

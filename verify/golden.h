@@ -1,5 +1,6 @@
 // Golden files: golden/<op>/<case>.h5, layout in golden/SCHEMA.md.
 #pragma once
+#include <map>
 #include <string>
 #include <vector>
 
@@ -7,7 +8,7 @@
 
 namespace assay {
 
-inline constexpr int64_t kSchemaVersion = 1;
+inline constexpr int64_t kSchemaVersion = 2;  // 2: content hashes over every dataset and attribute
 inline constexpr const char* kRngName = "philox4x32-10/assay-inputs-v1";
 
 struct Provenance {
@@ -24,6 +25,10 @@ struct Golden {
   std::vector<Output> outputs;
   std::vector<Tensor> intermediates;
   std::vector<FormAgreement> agreement;
+  // As recorded in the file by read_golden (empty when absent); write_golden ignores them and
+  // records golden_hashes(*this) / content_hash(*this). verify/stale.h compares the two.
+  std::map<std::string, std::string> recorded_hashes;  // dataset path -> its fnv1a64 attribute
+  std::string recorded_content_hash;                    // root attribute content_fnv1a64
 
   const Output* output(std::string_view name) const;
   const Tensor* input(std::string_view name) const;
@@ -36,7 +41,6 @@ void write_golden(const std::string& path, const Golden& g);
 // and dataset. Does not check staleness (verify/stale.h does).
 Golden read_golden(const std::string& path);
 
-// Storage dtype -> HDF5 element type used for its codes.
 std::string golden_rel_path(const std::string& op, const std::string& case_name);  // "<op>/<case>.h5"
 
 }  // namespace assay
@@ -46,6 +50,16 @@ namespace assay {
 // inputs must be bit-identical, outputs/bounds/intermediates within `rel` (agreement_rel),
 // rounded codes identical, case text identical. Empty = the same golden.
 std::vector<std::string> golden_diff(const Golden& fresh, const Golden& stored, double rel = 1e-12);
+// Content hashes (FNV-1a 64, 16 hex digits), so that any edit of a golden is Stale:
+//   golden_hashes: one per output-side dataset (/expected, /rounded, /bounds, /allowed_mask, /alt,
+//     /intermediates), over its name, shape, its attributes (dtype, axes, allow_nonfinite) and its
+//     values (fp64 bytes, or codes as uint64);
+//   content_hash: over the root provenance that decides a verdict (schema_version, op, case,
+//     level, case_toml, seed, rng, oracle_agreement), every input's name, dtype, axes, shape and
+//     fnv1a64, and every golden_hashes entry. generator, git_rev and compiler are not covered (they
+//     say who wrote the file, not what it asserts).
+std::map<std::string, std::string> golden_hashes(const Golden& g);
+std::string content_hash(const Golden& g);
 // "<op>/<case>.h5 <level> <input>=<fnv1a64> ..." (inputs sorted by name): one MANIFEST line.
 std::string manifest_line(const Golden& g);
 }  // namespace assay

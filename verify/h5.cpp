@@ -29,6 +29,7 @@ hid_t native(Elem e) {
     case Elem::u8: return H5T_NATIVE_UINT8;
     case Elem::i8: return H5T_NATIVE_INT8;
     case Elem::u16: return H5T_NATIVE_UINT16;
+    case Elem::i16: return H5T_NATIVE_INT16;
     case Elem::u32: return H5T_NATIVE_UINT32;
     case Elem::i32: return H5T_NATIVE_INT32;
     case Elem::u64: return H5T_NATIVE_UINT64;
@@ -40,7 +41,7 @@ size_t elem_size(Elem e) {
   switch (e) {
     case Elem::f64: case Elem::u64: case Elem::i64: return 8;
     case Elem::f32: case Elem::u32: case Elem::i32: return 4;
-    case Elem::u16: return 2;
+    case Elem::u16: case Elem::i16: return 2;
     default: return 1;
   }
 }
@@ -239,8 +240,15 @@ std::vector<uint64_t> File::read_u64(const std::string& ds) const {
 
 static Handle scalar_space() { return Handle(H5Screate(H5S_SCALAR), H5Sclose); }
 
+// set_attr replaces an existing attribute (files opened with open_rw are edited in place).
+void File::replace_attr(hid_t h, const std::string& o, const std::string& name) const {
+  const htri_t e = H5Aexists(h, name.c_str());
+  if (e > 0 && H5Adelete(h, name.c_str()) < 0) fail(o, fmt::format("cannot replace attribute '{}'", name));
+}
+
 void File::set_attr(const std::string& o, const std::string& name, const std::string& value) {
   Handle h = obj(o);
+  replace_attr(h.get(), o, name);
   Handle type(H5Tcopy(H5T_C_S1), H5Tclose);
   H5Tset_size(type.get(), std::max<size_t>(1, value.size()));
   H5Tset_strpad(type.get(), H5T_STR_NULLPAD);
@@ -253,12 +261,14 @@ void File::set_attr(const std::string& o, const std::string& name, const std::st
 }
 void File::set_attr(const std::string& o, const std::string& name, int64_t value) {
   Handle h = obj(o);
+  replace_attr(h.get(), o, name);
   auto sp = scalar_space();
   Handle a(H5Acreate2(h.get(), name.c_str(), H5T_STD_I64LE, sp.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
   if (!a || H5Awrite(a.get(), H5T_NATIVE_INT64, &value) < 0) fail(o, fmt::format("cannot write attribute '{}'", name));
 }
 void File::set_attr(const std::string& o, const std::string& name, double value) {
   Handle h = obj(o);
+  replace_attr(h.get(), o, name);
   auto sp = scalar_space();
   Handle a(H5Acreate2(h.get(), name.c_str(), H5T_IEEE_F64LE, sp.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
   if (!a || H5Awrite(a.get(), H5T_NATIVE_DOUBLE, &value) < 0) fail(o, fmt::format("cannot write attribute '{}'", name));

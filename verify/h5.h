@@ -44,7 +44,7 @@ class Handle {
   herr_t (*close_)(hid_t) = nullptr;
 };
 
-enum class Elem { f64, f32, u8, i8, u16, u32, i32, u64, i64 };
+enum class Elem { f64, f32, u8, i8, u16, i16, u32, i32, u64, i64 };
 
 struct DatasetInfo {
   std::vector<int64_t> shape;
@@ -72,6 +72,7 @@ class File {
   std::vector<double> read_f64(const std::string& ds) const;
   std::vector<uint64_t> read_u64(const std::string& ds) const;
 
+  // set_attr creates the attribute, or replaces one of that name.
   void set_attr(const std::string& obj, const std::string& name, const std::string& value);
   void set_attr(const std::string& obj, const std::string& name, int64_t value);
   void set_attr(const std::string& obj, const std::string& name, double value);
@@ -88,6 +89,7 @@ class File {
   Handle obj(const std::string& path) const;
   [[noreturn]] void fail(const std::string& obj, const std::string& what) const;
   void require_regular_file() const;
+  void replace_attr(hid_t h, const std::string& obj, const std::string& name) const;
   int64_t declared_elements(const std::string& ds, const DatasetInfo& inf) const;
   std::string path_;
   Handle file_;

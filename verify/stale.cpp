@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include <fmt/format.h>
+#include <toml++/toml.h>
 
 #include "fixtures/gen/inputs.h"
 #include "fixtures/gen/op.h"
@@ -25,6 +26,27 @@ static std::string rstrip_lines(const std::string& s) {
   return out;
 }
 
+// The provenance must agree with the case text it records: the seed and the name.
+static StaleResult check_case_text(const Golden& g) {
+  toml::table doc;
+  try {
+    doc = toml::parse(g.prov.case_toml);
+  } catch (const toml::parse_error& e) {
+    return {true, fmt::format("attribute case_toml does not parse as a [[case]] block ({})", e.description())};
+  }
+  const auto* arr = doc["case"].as_array();
+  const auto* c = arr && arr->size() == 1 ? arr->get(0)->as_table() : nullptr;
+  if (!c) return {true, "attribute case_toml is not one [[case]] block"};
+  const auto name = (*c)["name"].value<std::string>();
+  if (name != g.prov.case_name)
+    return {true, fmt::format("attribute case = '{}' but case_toml names '{}'", g.prov.case_name, name.value_or("(none)"))};
+  const auto seed = (*c)["seed"].value<int64_t>();
+  if (!seed || *seed < 0 || static_cast<uint64_t>(*seed) != g.prov.seed)
+    return {true, fmt::format("attribute seed = {} but case_toml says seed = {}", g.prov.seed,
+                              seed ? std::to_string(*seed) : std::string("(none)"))};
+  return {};
+}
+
 StaleResult check_stale(const Golden& g, const std::string& fixtures_dir) {
   for (size_t i = 0; i < g.inputs.size(); ++i) {
     const auto h = gen::input_hash(g.inputs[i]);
@@ -32,6 +54,21 @@ StaleResult check_stale(const Golden& g, const std::string& fixtures_dir) {
       return {true, fmt::format("input '{}': stored bits hash to {} but the golden recorded {}", g.inputs[i].name, h,
                                 g.input_hashes[i])};
   }
+  for (const auto& [ds, h] : golden_hashes(g)) {
+    const auto it = g.recorded_hashes.find(ds);
+    if (it == g.recorded_hashes.end())
+      return {true, fmt::format("{}: no recorded fnv1a64 (edited after generation, or not written by assay gen)", ds)};
+    if (it->second != h)
+      return {true, fmt::format("{}: values or attributes hash to {} but the golden recorded {} (edited after generation)", ds,
+                                h, it->second)};
+  }
+  if (g.recorded_content_hash.empty())
+    return {true, "no root attribute content_fnv1a64 (edited after generation, or not written by assay gen)"};
+  if (const auto h = content_hash(g); h != g.recorded_content_hash)
+    return {true, fmt::format("root attributes, input attributes or the list of datasets hash to {} but the golden recorded {} "
+                              "(edited after generation)",
+                              h, g.recorded_content_hash)};
+  if (auto r = check_case_text(g); r.stale) return r;
   if (fixtures_dir.empty()) return {};
   const std::string path = (std::filesystem::path(fixtures_dir) / (g.prov.op + ".toml")).string();
   if (!std::filesystem::exists(path)) return {true, fmt::format("fixture {} no longer exists", path)};

@@ -1,6 +1,10 @@
 // Staleness: a golden whose inputs no longer match what its fixture generates is Stale, an
 // error, never a pass (DESIGN.md principle 6). Checked in this order:
-//   1. every stored input's bits hash to the recorded fnv1a64 (a flipped byte is caught);
+//   1. every stored input's bits hash to the recorded fnv1a64 (a flipped byte is caught), every
+//      output-side dataset (values and attributes) to its recorded fnv1a64, and the root
+//      provenance with the list of datasets to content_fnv1a64 (verify/golden.h): an edited
+//      /expected, /bounds, /rounded or dtype attribute is Stale; the seed and case attributes
+//      agree with the recorded case text;
 //   2. the fixture fixtures/<op>.toml still has the case, and its verbatim text is unchanged;
 //   3. the fixture regenerates inputs with the same hashes (same names, dtypes, shapes, bits).
 #pragma once

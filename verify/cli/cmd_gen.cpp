@@ -1,7 +1,8 @@
 // assay gen: fixtures -> goldens. Parallel over cases (OpenMP); HDF5 writes are serialised.
 //   assay gen [--op OP]... [--case GLOB] [--level L0|L1|L2] [--out DIR] [--check] [--list] [-j N]
 // --check regenerates in memory and compares with the stored goldens and MANIFEST: inputs
-// bit-identical, outputs within 1e-12 relative; missing, orphaned or stale files are reported.
+// bit-identical, outputs within 1e-12 relative, the stored file's own content hashes intact
+// (verify/stale.h); missing, orphaned or stale files are reported, and how many are bit-identical.
 #include <fnmatch.h>
 #include <omp.h>
 #include <unistd.h>
@@ -25,6 +26,7 @@
 #include "reference/core/check.h"
 #include "verify/cli/cli.h"
 #include "verify/golden.h"
+#include "verify/stale.h"
 #include "verify/verdict.h"
 
 namespace fs = std::filesystem;
@@ -48,6 +50,7 @@ struct Job {
   std::vector<FormAgreement> agreement;
   std::string manifest;
   double seconds = 0;
+  bool identical = false;  // --check: the stored golden's content hash equals the fresh one's
 };
 
 Golden pack(const gen::Case& c, gen::Generated&& g) {
@@ -172,7 +175,11 @@ int run_gen(const GenOpts& o, const Common& common) {
           }
           if (!j.messages.empty()) j.status = "mismatch";
           else {
+            // The stored file must be what it recorded (hashes, case text) and what the oracles
+            // give now: bit-identical (same content hash), or within golden_diff's limits.
             j.messages = golden_diff(g, stored);
+            if (const auto st = check_stale(stored, ""); st.stale) j.messages.push_back("stored golden is Stale: " + st.reason);
+            j.identical = content_hash(g) == stored.recorded_content_hash;
             if (!j.messages.empty()) j.status = "mismatch";
           }
         }
@@ -293,6 +300,7 @@ int run_gen(const GenOpts& o, const Common& common) {
       for (const auto& x : j.agreement) a.push_back({{"tensor", x.tensor}, {"forms", x.form_a + " vs " + x.form_b}, {"max_rel", x.max_rel}});
       js["cases"].push_back({{"op", j.c->op}, {"case", j.c->name}, {"status", j.status}, {"seconds", j.seconds},
                              {"agreement", a}, {"messages", j.messages}});
+      if (o.check) js["cases"].back()["bit_identical"] = j.identical;
     }
     js["messages"] = global_msgs;
     std::cout << js.dump(2) << "\n";
@@ -319,6 +327,9 @@ int run_gen(const GenOpts& o, const Common& common) {
     }
     fmt::print("assay gen{}: {}/{} {} cases {} in {:.1f} s (worst oracle-form agreement {:.2e}) -> {}\n",
                o.check ? " --check" : "", n_ok, n, o.level, o.check ? "match" : "written", secs, worst, out.string());
+    if (o.check)
+      fmt::print("  {}/{} bit-identical to the stored goldens (same content hash); the rest within 1e-12 relative\n",
+                 std::count_if(jobs.begin(), jobs.end(), [](const Job& j) { return j.identical; }), n);
   }
   return rc;
 }

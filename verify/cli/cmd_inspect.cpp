@@ -22,7 +22,8 @@ nlohmann::json to_json(const std::string& path, const Golden& g) {
   const auto& p = g.prov;
   nlohmann::json j{{"file", path}, {"schema_version", p.schema_version}, {"op", p.op}, {"case", p.case_name},
                    {"level", p.level}, {"seed", p.seed}, {"rng", p.rng}, {"generator", p.generator},
-                   {"git_rev", p.git_rev}, {"compiler", p.compiler}, {"case_toml", p.case_toml}};
+                   {"git_rev", p.git_rev}, {"compiler", p.compiler}, {"case_toml", p.case_toml},
+                   {"content_fnv1a64", g.recorded_content_hash}};
   for (size_t i = 0; i < g.inputs.size(); ++i) {
     const auto& t = g.inputs[i];
     j["inputs"].push_back({{"name", t.name}, {"dtype", name(t.dtype)}, {"shape", t.shape}, {"axes", t.axes},
@@ -40,8 +41,9 @@ nlohmann::json to_json(const std::string& path, const Golden& g) {
 
 void print(const std::string& path, const Golden& g) {
   const auto& p = g.prov;
-  fmt::print("{}\n  op {}  case {}  level {}  seed {}  schema v{}\n  rng {}  generator {}  git {}  compiler {}\n",
-             path, p.op, p.case_name, p.level, p.seed, p.schema_version, p.rng, p.generator, p.git_rev, p.compiler);
+  fmt::print("{}\n  op {}  case {}  level {}  seed {}  schema v{}\n  rng {}  generator {}  git {}  compiler {}\n  content_fnv1a64 {}\n",
+             path, p.op, p.case_name, p.level, p.seed, p.schema_version, p.rng, p.generator, p.git_rev, p.compiler,
+             g.recorded_content_hash.empty() ? "(none)" : g.recorded_content_hash);
   fmt::print("  inputs:\n");
   for (size_t i = 0; i < g.inputs.size(); ++i) {
     const auto& t = g.inputs[i];

@@ -367,3 +367,136 @@ TEST_CASE("a golden whose file cannot be completed is never left under its name 
   CHECK(left == 0);  // neither a truncated golden nor a temp file
   CHECK_FALSE(fs::exists(d / "out" / "MANIFEST"));
 }
+
+namespace {
+// The first committed golden under golden/<op>/ that has an output satisfying `want`.
+std::string golden_with(const std::string& op, bool (*want)(const Output&)) {
+  std::vector<fs::path> files;
+  for (const auto& de : fs::directory_iterator(fs::path(ASSAY_SOURCE_DIR) / "golden" / op)) files.push_back(de.path());
+  std::sort(files.begin(), files.end());
+  for (const auto& p : files) {
+    const auto g = read_golden(p.string());
+    for (const auto& o : g.outputs)
+      if (want(o)) return p.string();
+  }
+  FAIL("no golden under golden/" << op << " has the wanted output");
+  return {};
+}
+}  // namespace
+
+TEST_CASE("a tampered golden is Stale: edited /expected, /bounds, /rounded, dtype attribute, seed, content hash", "[cpu][L0]") {
+  auto d = tmpdir("tamper");
+  struct Edit {
+    std::string what, golden;
+    void (*edit)(h5::File&, const Golden&);
+    std::string must;  // words of the Stale reason
+  };
+  const auto bounded = golden_with("attention", [](const Output& o) { return o.bound.has_value(); });
+  const auto rounded = golden_with("quant", [](const Output& o) { return o.rounded.has_value(); });
+  const std::vector<Edit> edits = {
+      {"expected edited to match a wrong candidate", kGolden,
+       [](h5::File& f, const Golden&) {
+         auto v = f.read_f64("/expected/out");
+         v[7] += 1.0;
+         f.overwrite("/expected/out", h5::Elem::f64, v.data());
+       },
+       "/expected/out"},
+      {"expected made constant", kGolden,
+       [](h5::File& f, const Golden&) {
+         auto v = f.read_f64("/expected/out");
+         std::fill(v.begin(), v.end(), 0.25);
+         f.overwrite("/expected/out", h5::Elem::f64, v.data());
+       },
+       "/expected/out"},
+      {"output dtype attribute changed", kGolden,
+       [](h5::File& f, const Golden&) { f.set_attr("/expected/out", "dtype", std::string("fp32")); }, "/expected/out"},
+      {"bounds set to +inf", bounded,
+       [](h5::File& f, const Golden& g) {
+         for (const auto& o : g.outputs)
+           if (o.bound) {
+             std::vector<double> v(o.bound->size(), HUGE_VAL);
+             f.overwrite("/bounds/" + o.expected.name, h5::Elem::f64, v.data());
+             return;
+           }
+       },
+       "/bounds/"},
+      {"rounded codes changed", rounded,
+       [](h5::File& f, const Golden& g) {
+         for (const auto& o : g.outputs)
+           if (o.rounded) {
+             auto v = *o.rounded;
+             v[0] ^= 1;
+             f.overwrite("/rounded/" + o.expected.name, h5::Elem::u64, v.data());
+             return;
+           }
+       },
+       "/rounded/"},
+      {"seed attribute changed", kGolden, [](h5::File& f, const Golden&) { f.set_attr("/", "seed", std::string("8")); },
+       "root attributes"},
+      {"content hash removed", kGolden, [](h5::File& f, const Golden&) { f.set_attr("/", "content_fnv1a64", std::string("")); },
+       "content_fnv1a64"},
+  };
+  int i = 0;
+  for (const auto& e : edits) {
+    INFO(e.what);
+    const auto copy = d / ("copy" + std::to_string(i++) + ".h5");
+    fs::copy_file(e.golden, copy);
+    const auto g = read_golden(e.golden);
+    write_candidate(d / "cand.h5", g, [](double v, size_t) { return v; });
+    REQUIRE(run("compare --no-fixture-check " + e.golden + " " + (d / "cand.h5").string()).code == 0);
+    {
+      auto f = h5::File::open_rw(copy.string());
+      e.edit(f, g);
+    }
+    auto r = run("compare --no-fixture-check " + copy.string() + " " + (d / "cand.h5").string());
+    INFO(r.out);
+    CHECK(r.code == 2);
+    CHECK_THAT(r.out, assay_test::Contains("Stale"));
+    CHECK_THAT(r.out, assay_test::Contains(e.must));
+  }
+}
+
+TEST_CASE("a golden's seed must be a number and agree with its case text", "[cpu][L0]") {
+  auto d = tmpdir("seed");
+  const auto copy = d / "nan_seed.h5";
+  fs::copy_file(kGolden, copy);
+  h5::File::open_rw(copy.string()).set_attr("/", "seed", std::string("seven"));
+  auto r = run("inspect " + copy.string());
+  INFO(r.out);
+  CHECK(r.code == 2);
+  CHECK(lines(r.out) == 1);
+  CHECK_THAT(r.out, assay_test::Contains("attribute 'seed': 'seven' is not a decimal uint64"));
+  // A golden written with consistent hashes whose seed disagrees with its case text.
+  auto g = read_golden(kGolden);
+  g.prov.seed += 1;
+  write_golden((d / "other_seed.h5").string(), g);
+  write_candidate(d / "cand.h5", g, [](double v, size_t) { return v; });
+  auto rs = run("compare --no-fixture-check " + (d / "other_seed.h5").string() + " " + (d / "cand.h5").string());
+  INFO(rs.out);
+  CHECK(rs.code == 2);
+  CHECK_THAT(rs.out, assay_test::Contains("but case_toml says seed = "));
+}
+
+TEST_CASE("a candidate may store 16-bit codes as signed integers (tensor.view(torch.int16))", "[cpu][L0]") {
+  const auto g = read_golden(kGolden);
+  const auto& e = g.output("out")->expected;
+  REQUIRE(info(e.dtype).storage_bytes == 2);
+  auto d = tmpdir("int16");
+  std::vector<int16_t> v(e.data.size());
+  bool negative = false;
+  for (size_t i = 0; i < v.size(); ++i) {
+    v[i] = static_cast<int16_t>(static_cast<uint16_t>(encode(e.dtype, e.data[i])));
+    negative |= v[i] < 0;
+  }
+  REQUIRE(negative);  // some codes have the sign bit set: the case that used to be refused
+  {
+    auto h = h5::File::create((d / "i16.h5").string());
+    h.create_group("/outputs");
+    h.write("/outputs/out", h5::Elem::i16, e.shape, v.data());
+    h.set_attr("/outputs/out", "dtype", std::string(name(e.dtype)));
+  }
+  auto r = run("compare " + kGolden + " " + (d / "i16.h5").string());
+  INFO(r.out);
+  CHECK(r.code == 0);
+  CHECK_THAT(r.out, assay_test::Contains("Passed"));
+}
