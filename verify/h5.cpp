@@ -21,6 +21,12 @@ struct SilenceHdf5 {
   }
 };
 const SilenceHdf5 silence_hdf5;
+// A thread-safe HDF5 build keeps one error stack (and its auto-print setting) per thread, so the
+// setting above covers only the main thread: every thread that opens a file silences its own.
+void silence_this_thread() {
+  thread_local const bool done = [] { return H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr) >= 0; }();
+  (void)done;
+}
 
 hid_t native(Elem e) {
   switch (e) {
@@ -52,6 +58,7 @@ void File::fail(const std::string& obj, const std::string& what) const {
 }
 
 File File::create(const std::string& path) {
+  silence_this_thread();
   File f;
   f.path_ = path;
   Handle fcpl(H5Pcreate(H5P_FILE_CREATE), H5Pclose);
@@ -74,6 +81,7 @@ void File::require_regular_file() const {
 }
 
 File File::open_read(const std::string& path) {
+  silence_this_thread();
   File f;
   f.path_ = path;
   f.require_regular_file();
@@ -84,6 +92,7 @@ File File::open_read(const std::string& path) {
 }
 
 File File::open_rw(const std::string& path) {
+  silence_this_thread();
   File f;
   f.path_ = path;
   f.require_regular_file();

@@ -40,7 +40,7 @@ static StaleResult check_case_text(const Golden& g) {
   const auto name = (*c)["name"].value<std::string>();
   if (name != g.prov.case_name)
     return {true, fmt::format("attribute case = '{}' but case_toml names '{}'", g.prov.case_name, name.value_or("(none)"))};
-  const auto seed = (*c)["seed"].value<int64_t>();
+  const auto seed = (*c).contains("seed") ? (*c)["seed"].value<int64_t>() : std::optional<int64_t>(0);  // fixtures: default 0
   if (!seed || *seed < 0 || static_cast<uint64_t>(*seed) != g.prov.seed)
     return {true, fmt::format("attribute seed = {} but case_toml says seed = {}", g.prov.seed,
                               seed ? std::to_string(*seed) : std::string("(none)"))};

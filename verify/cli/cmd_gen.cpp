@@ -5,9 +5,12 @@
 // (verify/stale.h); missing, orphaned or stale files are reported, and how many are bit-identical.
 #include <fnmatch.h>
 #include <omp.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -52,6 +55,27 @@ struct Job {
   double seconds = 0;
   bool identical = false;  // --check: the stored golden's content hash equals the fresh one's
 };
+
+// `<case>.h5.tmp.<pid>` files whose process is gone (a run killed mid-write; write_golden
+// renames its temp file into place or removes it). A live pid's file is another run's: kept.
+std::vector<std::string> remove_stale_temps(const fs::path& dir) {
+  std::vector<std::string> removed;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return removed;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const auto k = name.rfind(".h5.tmp.");
+    if (k == std::string::npos) continue;
+    const std::string digits = name.substr(k + 8);
+    long pid = 0;
+    const auto r = std::from_chars(digits.data(), digits.data() + digits.size(), pid);
+    if (digits.empty() || r.ec != std::errc() || r.ptr != digits.data() + digits.size() || pid <= 0) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+    std::error_code rm;
+    if (fs::remove(it->path(), rm)) removed.push_back(it->path().string());
+  }
+  return removed;
+}
 
 Golden pack(const gen::Case& c, gen::Generated&& g) {
   Golden gd;
@@ -147,6 +171,9 @@ int run_gen(const GenOpts& o, const Common& common) {
     if (ec || !fs::is_directory(out))
       throw InputError(fmt::format("{}: --out: cannot create the output directory ({})", out.string(),
                                    ec ? ec.message() : "a file is in the way"));
+    for (const auto& op : ops)
+      for (const auto& f : remove_stale_temps(out / op))
+        if (!o.quiet && !common.json) fmt::print(stderr, "gen: removed {} (left by a killed run)\n", f);
   }
 
 #pragma omp parallel for schedule(dynamic, 1) num_threads(o.jobs > 0 ? o.jobs : omp_get_max_threads())

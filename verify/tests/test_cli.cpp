@@ -516,3 +516,95 @@ TEST_CASE("a candidate may store 16-bit codes as signed integers (tensor.view(to
   CHECK(r.code == 0);
   CHECK_THAT(r.out, assay_test::Contains("Passed"));
 }
+
+TEST_CASE("fixture fields: NaN, Inf and out-of-range values are refused by name; a fixture path must be a file", "[cpu][L0]") {
+  auto d = tmpdir("fields");
+  fs::create_directories(d / "fx");
+  auto gen = [&](const std::string& field) {
+    std::ofstream(d / "fx" / "scaled_add.toml")
+        << "op = \"scaled_add\"\n[[case]]\nname = \"c\"\nlevel = \"L0\"\nseed = 1\nB = 1\nT = 4\nD = 4\n" << field << "\n";
+    fs::remove_all(d / "out");
+    return assay_test::run_assay("gen --fixtures " + (d / "fx").string() + " --op scaled_add -q -j 1 --out " + (d / "out").string(),
+                                 "timeout 60 ");
+  };
+  struct Bad {
+    std::string field, must;
+  };
+  for (const auto& b : std::vector<Bad>{
+           {"alpha = nan", "field 'alpha': nan is not a finite number"},
+           {"alpha = inf", "field 'alpha': inf is not a finite number"},
+           {"beta = -inf", "field 'beta': -inf is not a finite number"},
+           // Finite, but the math leaves the fp64 range: refused as this case's input, not an internal error.
+           {"alpha = 1e308\ndist.x = { kind = \"const\", value = 4 }", "take the math out of the fp64 range"},
+           {"dist.x = { kind = \"int\", lo = -1e308, hi = 1e308 }", "field 'dist.x': int bounds must lie within +-2^53"},
+           {"dist.x = { kind = \"normal\", std = inf }", "field 'dist.x.std': inf is not a finite number"},
+           {"dist.y = { kind = \"uniform\", lo = nan, hi = 1 }", "field 'dist.y.lo': nan is not a finite number"},
+       }) {
+    auto r = gen(b.field);
+    INFO(b.field << "\n" << r.out);
+    CHECK(r.code == 2);
+    CHECK_THAT(r.out, assay_test::Contains(b.must));
+    CHECK_FALSE(fs::exists(d / "out" / "scaled_add" / "c.h5"));
+  }
+  // The fixture file is a directory, or a symlink loop: named, exit 2 (not "field 'op' missing").
+  fs::remove(d / "fx" / "scaled_add.toml");
+  fs::create_directories(d / "fx" / "scaled_add.toml");
+  auto rd = assay_test::run_assay("gen --fixtures " + (d / "fx").string() + " --op scaled_add -q --out " + (d / "out").string());
+  INFO(rd.out);
+  CHECK(rd.code == 2);
+  CHECK(lines(rd.out) == 1);
+  CHECK_THAT(rd.out, assay_test::Contains("scaled_add.toml: not a regular file"));
+  fs::remove(d / "fx" / "scaled_add.toml");
+  fs::create_symlink("scaled_add.toml", d / "fx" / "scaled_add.toml");
+  auto rl = assay_test::run_assay("gen --fixtures " + (d / "fx").string() + " --op scaled_add -q --out " + (d / "out").string());
+  INFO(rl.out);
+  CHECK(rl.code == 2);
+  CHECK(lines(rl.out) == 1);
+  CHECK_THAT(rl.out, assay_test::Contains("scaled_add.toml"));
+  // A golden or candidate that is a symlink loop: one line, exit 2 (was 125 "internal error").
+  fs::create_symlink("loop.h5", d / "loop.h5");
+  for (const auto& args : {"inspect " + (d / "loop.h5").string(), "compare " + (d / "loop.h5").string() + " " + kGolden,
+                           "compare " + kGolden + " " + (d / "loop.h5").string()}) {
+    auto r = run(args);
+    INFO(args << "\n" << r.out);
+    CHECK(r.code == 2);
+    CHECK(lines(r.out) == 1);
+    CHECK_THAT(r.out, assay_test::Contains("loop.h5"));
+  }
+}
+
+TEST_CASE("gen removes the temp files of killed runs and keeps a live run's", "[cpu][L0]") {
+  auto d = tmpdir("stale_tmp");
+  // A pid that has certainly exited: a child we waited for.
+  const pid_t child = fork();
+  if (child == 0) _exit(0);
+  REQUIRE(child > 0);
+  REQUIRE(waitpid(child, nullptr, 0) == child);
+  fs::create_directories(d / "scaled_add");
+  const auto dead = d / "scaled_add" / ("int_exact.h5.tmp." + std::to_string(child));
+  const auto live = d / "scaled_add" / ("int_exact.h5.tmp." + std::to_string(getpid()));
+  std::ofstream(dead) << "half a golden";
+  std::ofstream(live) << "another run's golden in progress";
+  auto r = run("gen --op scaled_add -j 1 --out " + d.string());
+  INFO(r.out);
+  CHECK(r.code == 0);
+  CHECK_FALSE(fs::exists(dead));
+  CHECK(fs::exists(live));
+  CHECK_THAT(r.out, assay_test::Contains("removed " + dead.string()));
+}
+
+TEST_CASE("HDF5 errors on worker threads print no library diagnostics, only our one line", "[cpu][L0]") {
+  auto d = tmpdir("diag");
+  fs::create_directories(d / "scaled_add");
+  for (const auto& de : fs::directory_iterator(fs::path(ASSAY_SOURCE_DIR) / "golden" / "scaled_add"))
+    fs::copy_file(de.path(), d / "scaled_add" / de.path().filename());
+  fs::copy_file(fs::path(ASSAY_SOURCE_DIR) / "golden" / "MANIFEST", d / "MANIFEST");
+  const auto bytes = slurp(d / "scaled_add" / "int_exact.h5");
+  std::ofstream(d / "scaled_add" / "int_exact.h5", std::ios::binary | std::ios::trunc) << bytes.substr(0, bytes.size() / 2);
+  auto r = run("gen --check --op scaled_add -q -j 2 --out " + d.string());
+  INFO(r.out);
+  CHECK(r.code != 0);
+  CHECK_THAT(r.out, assay_test::Contains("int_exact.h5"));
+  CHECK(r.out.find("HDF5-DIAG") == std::string::npos);
+  CHECK(r.out.find("#000") == std::string::npos);
+}
