@@ -7,7 +7,7 @@
 function(assay_add_oracle op)
   cmake_parse_arguments(A "" "" "SOURCES;TESTS;LABELS" ${ARGN})
   add_library(assay_ref_${op} STATIC ${A_SOURCES})
-  target_include_directories(assay_ref_${op} PUBLIC ${PROJECT_SOURCE_DIR})
+  target_include_directories(assay_ref_${op} PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}>)
   target_link_libraries(assay_ref_${op} PUBLIC assay_core)
   set_property(GLOBAL APPEND PROPERTY ASSAY_ORACLE_LIBS assay_ref_${op})
   if(A_TESTS)

@@ -7,7 +7,7 @@ if(NOT CMAKE_BUILD_TYPE AND NOT CMAKE_CONFIGURATION_TYPES)
   set(CMAKE_BUILD_TYPE RelWithDebInfo CACHE STRING "Build type" FORCE)
 endif()
 
-# Oracles must be reproducible: no FMA contraction, no fast-math (DESIGN.md, numerics).
+# Oracles must be reproducible: no FMA contraction, no fast-math (docs/DESIGN.md, numerics).
 # Where a GPU kernel uses FMA, the oracle emulates it with an explicit std::fma.
 add_compile_options($<$<COMPILE_LANGUAGE:CXX>:-ffp-contract=off>
                     $<$<COMPILE_LANGUAGE:CXX>:-fno-fast-math>
