@@ -17,6 +17,7 @@
 #include <omp.h>
 
 #include "catch_compat.h"
+#include "tests/common.h"
 #include "reference/core/check.h"
 #include "reference/core/dtype.h"
 
@@ -41,16 +42,7 @@ double bitsd(uint64_t b) {
   return d;
 }
 
-// splitmix64 (Steele, Lea, Flood 2014).
-struct SplitMix64 {
-  uint64_t s;
-  uint64_t next() {
-    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-};
+using assay_test::SplitMix64;
 
 // ---------------------------------------------------------------------------------------------
 // Slow exact reference, written from quantization.md A1 / A2 (not from dtype.cpp).

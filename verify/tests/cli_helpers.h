@@ -8,6 +8,7 @@
 #include <string>
 
 #include "catch_compat.h"
+#include "tests/common.h"
 
 namespace assay_test {
 
@@ -29,13 +30,6 @@ inline Run run_assay(const std::string& args, const std::string& env_prefix = ""
   return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
 }
 
-// A fresh, empty directory under the system temp dir.
-inline std::filesystem::path fresh_dir(const std::string& group, const std::string& name) {
-  auto d = std::filesystem::temp_directory_path() / group / name;
-  std::filesystem::remove_all(d);
-  std::filesystem::create_directories(d);
-  return d;
-}
 
 inline std::string slurp(const std::filesystem::path& p) {
   std::ifstream in(p, std::ios::binary);

@@ -21,6 +21,7 @@
 #include <omp.h>
 
 #include "catch_compat.h"
+#include "tests/common.h"
 #include "reference/attention/attention.h"
 #include "reference/attention/attention_emulation.h"
 #include "reference/core/check.h"
@@ -35,15 +36,8 @@ namespace {
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
 // SplitMix64 -> uniform [lo, hi): test inputs only (fixtures use fixtures/gen).
-struct Rng {
-  uint64_t s;
-  explicit Rng(uint64_t seed) : s(seed * 0x9E3779B97F4A7C15ull + 1) {}
-  uint64_t next() {
-    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
+struct Rng : assay_test::SplitMix64 {
+  explicit Rng(uint64_t seed) : SplitMix64{seed * 0x9E3779B97F4A7C15ull + 1} {}
   double uni(double lo = -1, double hi = 1) {
     return lo + (hi - lo) * static_cast<double>(next() >> 11) * 0x1.0p-53;
   }

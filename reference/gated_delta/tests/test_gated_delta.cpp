@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "catch_compat.h"
+#include "tests/common.h"
 #include "reference/core/check.h"
 #include "reference/core/dtype.h"
 #include "reference/core/tensor.h"
@@ -20,15 +21,8 @@ using namespace assay::gated_delta;
 namespace {
 
 // Counter-based test inputs (splitmix64): uniform in [-1, 1).
-struct Rng {
-  uint64_t s;
-  explicit Rng(uint64_t seed) : s(seed * 0x9E3779B97F4A7C15ull + 12345) {}
-  uint64_t next() {
-    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
+struct Rng : assay_test::SplitMix64 {
+  explicit Rng(uint64_t seed) : SplitMix64{seed * 0x9E3779B97F4A7C15ull + 12345} {}
   double uni() { return static_cast<double>(next() >> 11) * 0x1.0p-53 * 2.0 - 1.0; }  // [-1, 1)
   double u01() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }               // [0, 1)
   std::vector<double> vec(int64_t n, double scale = 1.0) {

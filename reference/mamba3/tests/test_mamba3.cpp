@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "catch_compat.h"
+#include "tests/common.h"
 #include "reference/core/check.h"
 #include "reference/core/tensor.h"
 #include "reference/mamba3/mamba3.h"
@@ -22,15 +23,8 @@ namespace {
 constexpr double kPi = std::numbers::pi;
 
 // splitmix64 -> uniform in [lo, hi). Portable, no <random> distributions.
-struct Rng {
-  uint64_t s;
-  explicit Rng(uint64_t seed) : s(seed * 0x9E3779B97F4A7C15ull + 1) {}
-  uint64_t next() {
-    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
+struct Rng : assay_test::SplitMix64 {
+  explicit Rng(uint64_t seed) : SplitMix64{seed * 0x9E3779B97F4A7C15ull + 1} {}
   double u(double lo, double hi) { return lo + (hi - lo) * (double(next() >> 11) * 0x1.0p-53); }
   std::vector<double> vec(int64_t n, double lo, double hi) {
     std::vector<double> v(n);

@@ -10,6 +10,7 @@
 #include <numeric>
 
 #include "catch_compat.h"
+#include "tests/common.h"
 #include "reference/core/dtype.h"
 #include "reference/core/tensor.h"
 #include "reference/optim/optim.h"
@@ -19,15 +20,8 @@ using namespace assay::optim;
 namespace {
 
 // splitmix64: deterministic, portable.
-struct Rng {
-  uint64_t s;
-  explicit Rng(uint64_t seed) : s(seed) {}
-  uint64_t next() {
-    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
+struct Rng : assay_test::SplitMix64 {
+  explicit Rng(uint64_t seed) : SplitMix64{seed} {}
   double uni() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }  // [0, 1)
   // sign * 10^U(lo, hi), rounded to float
   float logmag(double lo, double hi) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "catch_compat.h"
+#include "tests/common.h"
 #include "reference/core/dtype.h"
 #include "reference/quant/quant.h"
 
@@ -18,15 +19,8 @@ using namespace assay::quant;
 namespace {
 
 // splitmix64: deterministic, portable.
-struct Rng {
-  uint64_t s;
-  explicit Rng(uint64_t seed) : s(seed) {}
-  uint64_t next() {
-    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
+struct Rng : assay_test::SplitMix64 {
+  explicit Rng(uint64_t seed) : SplitMix64{seed} {}
   double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
   double normalish() {  // Irwin-Hall(4), centred, unit variance
     double s4 = 0;

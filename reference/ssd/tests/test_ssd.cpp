@@ -12,6 +12,7 @@
 #include <Eigen/Dense>
 
 #include "catch_compat.h"
+#include "tests/common.h"
 #include "reference/core/check.h"
 #include "reference/core/tensor.h"
 #include "reference/ssd/ssd.h"
@@ -24,15 +25,8 @@ using ssd::Params;
 namespace {
 
 // splitmix64: test-local deterministic inputs (the fixture RNG lives in fixtures/gen).
-struct Rng {
-  uint64_t s;
-  explicit Rng(uint64_t seed) : s(seed) {}
-  uint64_t next() {
-    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
+struct Rng : assay_test::SplitMix64 {
+  explicit Rng(uint64_t seed) : SplitMix64{seed} {}
   double uni(double lo, double hi) {  // [lo, hi)
     return lo + (hi - lo) * static_cast<double>(next() >> 11) * 0x1.0p-53;
   }
