@@ -1,5 +1,7 @@
 #include "verify/candidate.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "reference/core/check.h"
@@ -41,6 +43,41 @@ std::vector<double> read_candidate(const h5::File& f, const Output& o) {
     throw InputError(fmt::format("{}: {}: integer dataset for {} output '{}' needs a string attribute dtype naming its codes",
                                  f.path(), ds, name(e.dtype), e.name));
   return f.read_f64(ds);
+}
+
+CandidateResult judge_candidate(const Golden& g, const TolerancePolicy& policy, const h5::File& cand,
+                                const CandidateJudging& how) {
+  CandidateResult r;
+  r.profile = how.profile;
+  if (cand.has_attr("/", "precision_profile")) {
+    const auto p = cand.attr_str("/", "precision_profile");
+    if (!r.profile.empty() && r.profile != p)
+      throw InputError(fmt::format("{}: attribute precision_profile = '{}' but --profile {}: say one", cand.path(), p, r.profile));
+    r.profile = p;
+  }
+  if (r.profile.empty()) r.profile = kStrictProfile;
+  policy.require_profile(g.prov.op, r.profile, how.profile.empty() ? cand.path() + ": attribute precision_profile" : "--profile");
+  for (const auto& out : g.outputs) {
+    if (!how.outputs.empty() && std::find(how.outputs.begin(), how.outputs.end(), out.expected.name) == how.outputs.end())
+      continue;
+    const auto actual = read_candidate(cand, out);
+    if (how.atol >= 0 || how.rtol >= 0) {
+      Tolerance tol = policy.lookup(g.prov.op, out.expected.name, out.expected.dtype, r.profile);
+      tol.exact = false;
+      if (how.atol >= 0) tol.atol = how.atol;
+      if (how.rtol >= 0) tol.rtol = how.rtol;
+      tol.why = fmt::format("--atol/--rtol on the command line (bound_k {} and period {} kept from {})", tol.bound_k,
+                            tol.period, tol.source);
+      tol.source = "--atol/--rtol";
+      r.reports.push_back(compare_tensor(out, actual, tol));
+    } else {
+      r.reports.push_back(compare_with_policy(policy, g.prov.op, out, actual, r.profile));
+    }
+    if (r.reports.back().verdict != Verdict::Passed) r.verdict = Verdict::Incorrect;
+  }
+  if (r.reports.empty())
+    throw InputError(fmt::format("{}: --output selects none of the golden's outputs", g.prov.op + "/" + g.prov.case_name));
+  return r;
 }
 
 }  // namespace assay

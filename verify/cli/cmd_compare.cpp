@@ -54,36 +54,11 @@ int run_compare(const CompareOpts& o, const Common& common) {
   TolerancePolicy policy;
   if (const auto f = std::filesystem::path(common.fixtures_dir) / (g.prov.op + ".toml"); std::filesystem::exists(f))
     policy.add_file(f.string());
-  std::string profile = o.profile;
-  if (cand.has_attr("/", "precision_profile")) {
-    const auto p = cand.attr_str("/", "precision_profile");
-    if (!profile.empty() && profile != p)
-      throw InputError(fmt::format("{}: attribute precision_profile = '{}' but --profile {}: say one", o.candidate, p, profile));
-    profile = p;
-  }
-  if (profile.empty()) profile = kStrictProfile;
-  policy.require_profile(g.prov.op, profile, o.profile.empty() ? o.candidate + ": attribute precision_profile" : "--profile");
+  const auto res = judge_candidate(g, policy, cand, {o.profile, o.outputs, o.atol, o.rtol});
+  const auto& profile = res.profile;
+  const auto& reports = res.reports;
+  const Verdict verdict = res.verdict;
   js["profile"] = profile;
-  Verdict verdict = Verdict::Passed;
-  std::vector<TensorReport> reports;
-  for (const auto& out : g.outputs) {
-    if (!o.outputs.empty() && std::find(o.outputs.begin(), o.outputs.end(), out.expected.name) == o.outputs.end()) continue;
-    const auto actual = read_candidate(cand, out);
-    if (o.atol >= 0 || o.rtol >= 0) {
-      Tolerance tol = policy.lookup(g.prov.op, out.expected.name, out.expected.dtype, profile);
-      tol.exact = false;
-      if (o.atol >= 0) tol.atol = o.atol;
-      if (o.rtol >= 0) tol.rtol = o.rtol;
-      tol.why = fmt::format("--atol/--rtol on the command line (bound_k {} and period {} kept from {})", tol.bound_k,
-                            tol.period, tol.source);
-      tol.source = "--atol/--rtol";
-      reports.push_back(compare_tensor(out, actual, tol));
-    } else {
-      reports.push_back(compare_with_policy(policy, g.prov.op, out, actual, profile));
-    }
-    if (reports.back().verdict != Verdict::Passed) verdict = Verdict::Incorrect;
-  }
-  if (reports.empty()) throw InputError(fmt::format("{}: --output selects none of the golden's outputs", o.golden));
   if (common.json) {
     js["verdict"] = verdict_name(verdict);
     for (const auto& r : reports) js["tensors"].push_back(tensor_json(r));
