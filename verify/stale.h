@@ -1,5 +1,5 @@
 // Staleness: a golden whose inputs no longer match what its fixture generates is Stale, an
-// error, never a pass (DESIGN.md principle 6). Checked in this order:
+// error, never a pass (docs/DESIGN.md "Stale is an error"). Checked in this order:
 //   1. every stored input's bits hash to the recorded fnv1a64 (a flipped byte is caught), every
 //      output-side dataset (values and attributes) to its recorded fnv1a64, and the root
 //      provenance with the list of datasets to content_fnv1a64 (verify/golden.h): an edited

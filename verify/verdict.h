@@ -1,4 +1,5 @@
-// Verdicts (DESIGN.md). A case is Passed only when every output tensor passed.
+// Verdicts (docs/DESIGN.md "Verdicts and exit codes"). A case is Passed only when every output
+// tensor passed.
 #pragma once
 #include <string_view>
 

@@ -3,7 +3,7 @@
 // this file instantiates the bf16 kernels and the v2 launchers, attention_decode.cu the fp16
 // kernels and the v3 decode launcher.
 //
-// Tensors (golden names; storage codes; DESIGN.md vocabulary):
+// Tensors (golden names; storage codes; docs/DESIGN.md "Axis vocabulary"):
 //   q        bf16|fp16  dense [B, Sq, Hq, D] | varlen [total_q, Hq, D] (cu_seqlens_q)
 //   k        bf16|fp16  dense [B, Sk, Hkv, D] | packed [total_k, Hkv, D] (cu_seqlens_k)
 //                       | paged [num_pages, page_size, Hkv, D] (block_table [B, pages_per_seq])

@@ -1,7 +1,8 @@
 // Tensor-core attention forward (FA2-style) for sm_90: raw launchers for the gate registration
 // (kernels/attention/attention.cpp) and the benchmark.
 //
-// Tensors (golden names, storage codes, DESIGN.md vocabulary; see attention_params.h):
+// Tensors (golden names, storage codes, docs/DESIGN.md "Axis vocabulary"; see
+// attention_params.h):
 //   q  bf16|fp16 dense [B, Sq, Hq, D] | varlen [total_q, Hq, D]
 //   k  bf16|fp16 dense [B, Sk, Hkv, D] | packed [total_k, Hkv, D] | paged [num_pages, page_size, Hkv, D]
 //   v  as k with Dv;  sink fp32 [Hq] (optional)

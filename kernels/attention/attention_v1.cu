@@ -1,6 +1,7 @@
 // attention_v1: readable baseline attention forward (no tensor cores) + the split-KV driver.
 //
-// Tensors (golden names, storage codes, DESIGN.md vocabulary; see attention_params.h):
+// Tensors (golden names, storage codes, docs/DESIGN.md "Axis vocabulary"; see
+// attention_params.h):
 //   q  bf16|fp16 dense [B, Sq, Hq, D] | varlen [total_q, Hq, D] (cu_seqlens_q)
 //   k  bf16|fp16 dense [B, Sk, Hkv, D] | packed [total_k, Hkv, D] | paged [num_pages, page_size, Hkv, D]
 //   v  as k with Dv;  sink fp32 [Hq] (optional);  cu_seqlens_q/k, seqused_k, block_table int32

@@ -1,7 +1,7 @@
 // Optimizer kernels (assay op `optim`): raw-pointer launchers, used by the registration
 // (kernels/optim/optim.cpp) and the benchmark (kernels/optim/bench_optim.cu).
 //
-// Tensors (DESIGN.md vocabulary; every tensor dense, row-major, device memory):
+// Tensors (docs/DESIGN.md "Axis vocabulary"; every tensor dense, row-major, device memory):
 //   elementwise optimizers: g [N], p [N], m [N], v [N], vmax [N], buf [N]
 //     fp32, or bf16 (uint16 codes) for Adam's bf16-storage flavors and master-weight mode
 //   LAMB / clipping: one flat buffer [N] holding T tensors back to back (Segments: offset, size)

@@ -1,7 +1,7 @@
 // Launchers of the quant kernels (device pointers; every launch is enqueued on `s`). Used by the
 // registration (kernels/quant/quant.cpp) and the benchmark (kernels/quant/bench_quant.cu).
 //
-// Tensors (DESIGN.md vocabulary; codes one per byte unless "packed"):
+// Tensors (docs/DESIGN.md "Axis vocabulary"; codes one per byte unless "packed"):
 //   x            [M, N] bf16 codes (uint16)
 //   rowwise      q_row [M, N] (e2m1 / e4m3 / e5m2 codes), packed_row [M, ceil(N/2)] u8 (E2M1 only:
 //                element 2k in the low nibble), scale_row [M, ceil(N/V)] (e4m3 for NVFP4, V = 16;

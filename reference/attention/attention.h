@@ -74,8 +74,8 @@
 // Key lengths per sequence: seqused_k[b] if given (FA3 `seqused_k` / kvcache `cache_seqlens`),
 // else cu_seqlens_k[b+1] - cu_seqlens_k[b] if given, else Sk. Query lengths: cu_seqlens_q diffs or Sq.
 //
-// Per-element error-bound magnitudes (form (a); DESIGN.md "oracles emit magnitudes"; a tolerance can
-// then be  |kernel - ref| <= c_dtype * u_dtype * mag + floor). Notation: a_ij = |scale| sum_d |q_id k_jd|
+// Per-element error-bound magnitudes (form (a); docs/DESIGN.md "Oracles emit magnitudes"; a tolerance
+// can then be  |kernel - ref| <= c_dtype * u_dtype * mag + floor). Notation: a_ij = |scale| sum_d |q_id k_jd|
 // (the absolute dot product), t'_ij = 1 - tanh^2(x_ij / softcap) (1 without softcap),
 // c_ij = t'_ij a_ij + (softcap > 0 ? |s_ij| : 0) (the magnitude of the score computation),
 // P_i,sink = exp(sink_h - LSE_i):
@@ -100,8 +100,8 @@
 
 namespace assay::attention {
 
-// Deliberately broken variants of form (b), for the CPU mutant kill matrix only (DESIGN.md
-// principle 2). Each one is a bug class that real attention kernels have shipped.
+// Deliberately broken variants of form (b), for the CPU mutant kill matrix only (docs/DESIGN.md
+// "Mutants and emulations"). Each one is a bug class that real attention kernels have shipped.
 enum class Mutant {
   none,
   first_kv_tile_only,   // the KV loop stops after its first tile

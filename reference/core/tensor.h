@@ -1,6 +1,7 @@
 // Tensors as the oracles, goldens and the runner exchange them: named, fp64 values, a logical
 // shape with one axis letter (or short name) per dimension from the shared vocabulary
-// (DESIGN.md: B, T, S, Sq, Sk, H, Hq, Hkv, HV, G, D, Dv, P, N, K, V, R, Q, L, M ...), and a dtype
+// (docs/DESIGN.md "Axis vocabulary": B, T, S, Sq, Sk, H, Hq, Hkv, HV, G, D, Dv, P, N, K, V, R, Q,
+// L, M ...), and a dtype
 // (for inputs the storage dtype the values were rounded to; for outputs the kernel-facing dtype).
 // Layout is dense row-major over `shape`.
 #pragma once

@@ -70,8 +70,8 @@ std::vector<uint8_t> unpack_e2m1(const std::vector<uint8_t>& packed, int64_t row
 float bf16_round_exact_sum(const double* terms, int n);
 
 // ------------------------------------------------------------------------------------------------
-// Mutants (CPU kill matrix, DESIGN.md principle 2): deliberately broken variants the comparison
-// must reject. `none` is the correct oracle.
+// Mutants (CPU kill matrix, docs/DESIGN.md "Mutants and emulations"): deliberately broken variants
+// the comparison must reject. `none` is the correct oracle.
 // ------------------------------------------------------------------------------------------------
 enum class Mutant : uint8_t {
   none,
