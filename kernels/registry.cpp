@@ -7,57 +7,21 @@
 #include <mutex>
 
 #include <fmt/format.h>
-#include <toml++/toml.h>
 
 #include "kernels/plugin/assay_plugin.h"
 #include "reference/core/check.h"
 
 namespace assay::kernels {
 
-CaseParams CaseParams::parse(const std::string& case_toml) {
-  CaseParams p;
-  toml::table t;
-  try {
-    t = toml::parse(case_toml);
-  } catch (const toml::parse_error& e) {
-    throw InputError(fmt::format("case_toml: {}", e.description()));
-  }
-  // A golden's case text is one [[case]] table.
-  const toml::table* c = &t;
-  if (auto* arr = t["case"].as_array(); arr && !arr->empty() && arr->get(0)->is_table()) c = arr->get(0)->as_table();
-  for (const auto& [k, v] : *c) {
-    if (auto d = v.value<double>(); d && (v.is_floating_point() || v.is_integer())) p.v_[std::string(k.str())] = *d;
-    else if (auto b = v.value<bool>(); b && v.is_boolean()) p.v_[std::string(k.str())] = *b ? 1.0 : 0.0;
-    else if (auto str = v.value<std::string>(); str && v.is_string()) p.s_[std::string(k.str())] = *str;
-    else if (auto* arr = v.as_array()) {
-      std::vector<double> xs;
-      bool numeric = true;
-      for (const auto& e : *arr) {
-        if (auto d = e.value<double>(); d && (e.is_floating_point() || e.is_integer())) xs.push_back(*d);
-        else numeric = false;
-      }
-      if (numeric) p.l_[std::string(k.str())] = std::move(xs);
-    }
-  }
-  return p;
+const TensorSpec* KernelCase::input(std::string_view n) const {
+  for (const auto& t : inputs)
+    if (t.name == n) return &t;
+  return nullptr;
 }
-
-double CaseParams::get_double(const std::string& k, double dflt) const {
-  auto it = v_.find(k);
-  return it == v_.end() ? dflt : it->second;
-}
-int64_t CaseParams::get_int(const std::string& k, int64_t dflt) const {
-  auto it = v_.find(k);
-  return it == v_.end() ? dflt : static_cast<int64_t>(it->second);
-}
-
-std::string CaseParams::get_string(const std::string& k, const std::string& dflt) const {
-  auto it = s_.find(k);
-  return it == s_.end() ? dflt : it->second;
-}
-std::vector<double> CaseParams::get_list(const std::string& k) const {
-  auto it = l_.find(k);
-  return it == l_.end() ? std::vector<double>{} : it->second;
+const TensorSpec* KernelCase::output(std::string_view n) const {
+  for (const auto& t : outputs)
+    if (t.name == n) return &t;
+  return nullptr;
 }
 
 const DevTensor* LaunchContext::input(std::string_view n) const {
@@ -103,11 +67,11 @@ const KernelDef* find_kernel(std::string_view name) {
   return nullptr;
 }
 
-Support require_dtypes(const Golden& g, const std::vector<std::string>& names, std::vector<DType> allowed) {
+Support require_dtypes(const KernelCase& kc, const std::vector<std::string>& names, std::vector<DType> allowed) {
   for (const auto& n : names) {
     DType d;
-    if (const auto* t = g.input(n)) d = t->dtype;
-    else if (const auto* o = g.output(n)) d = o->expected.dtype;
+    if (const auto* t = kc.input(n)) d = t->dtype;
+    else if (const auto* o = kc.output(n)) d = o->dtype;
     else return {false, fmt::format("the golden has no tensor '{}'", n)};
     if (std::find(allowed.begin(), allowed.end(), d) == allowed.end()) {
       std::string al;
@@ -124,8 +88,9 @@ namespace {
 
 // Owns the strings and arrays an assay_case points into.
 struct CaseView {
-  CaseParams params;
-  std::string op, case_name, case_toml;
+  CaseFields params;
+  std::string op, case_name, case_toml, fields_toml;
+  std::vector<double> list;  // get_list's answer, valid until the next call
   std::vector<std::string> names, dtypes;
   std::vector<std::vector<int64_t>> shapes;
   std::vector<std::vector<std::string>> axes;
@@ -133,18 +98,45 @@ struct CaseView {
   std::vector<assay_tensor> ins, outs;
   assay_case c{};
 
-  static int get_double(const assay_case* c, const char* key, double* out) {
-    const auto* v = static_cast<const CaseView*>(c->host);
-    if (!key || !v->params.has(key)) return 0;
-    if (out) *out = v->params.get_double(key, 0);
-    return 1;
-  }
   static int get_int(const assay_case* c, const char* key, int64_t* out) {
     const auto* v = static_cast<const CaseView*>(c->host);
     if (!key || !v->params.has(key)) return 0;
-    if (out) *out = v->params.get_int(key, 0);
+    try {
+      const int64_t x = v->params.get_int(key);
+      if (out) *out = x;
+      return 1;
+    } catch (const InputError&) {  // not an integer (a fractional number, a string)
+      return 0;
+    }
+  }
+  static int get_double_v(const assay_case* c, const char* key, double* out) {
+    const auto* v = static_cast<const CaseView*>(c->host);
+    if (!key || !v->params.has(key)) return 0;
+    try {
+      const double x = v->params.get_double(key);
+      if (out) *out = x;
+      return 1;
+    } catch (const InputError&) {
+      return 0;
+    }
+  }
+  static int get_string(const assay_case* c, const char* key, const char** out) {
+    const auto* v = static_cast<const CaseView*>(c->host);
+    if (!key || !v->params.has_string(key)) return 0;
+    auto* self = const_cast<CaseView*>(v);
+    self->str_answer = v->params.get_string(key);
+    if (out) *out = self->str_answer.c_str();
     return 1;
   }
+  static int get_list(const assay_case* c, const char* key, const double** values, int64_t* n) {
+    auto* v = const_cast<CaseView*>(static_cast<const CaseView*>(c->host));
+    if (!key || !v->params.has_list(key)) return 0;
+    v->list = v->params.get_list(key);
+    if (values) *values = v->list.data();
+    if (n) *n = static_cast<int64_t>(v->list.size());
+    return 1;
+  }
+  std::string str_answer;
 
   // Tensors by (name, axes, shape, dtype, data).
   void add(std::vector<assay_tensor>& dst, const std::string& n, const std::vector<std::string>& ax, const Shape& s,
@@ -183,31 +175,36 @@ struct CaseView {
     c.inputs = ins.data();
     c.n_outputs = static_cast<int32_t>(outs.size());
     c.outputs = outs.data();
-    c.get_double = &CaseView::get_double;
+    c.get_double = &CaseView::get_double_v;
     c.get_int = &CaseView::get_int;
     c.host = this;
+    c.fields_toml = fields_toml.c_str();
+    c.get_string = &CaseView::get_string;
+    c.get_list = &CaseView::get_list;
   }
-  void set_prov(const Golden& g) {
-    op = g.prov.op;
-    case_name = g.prov.case_name;
-    case_toml = g.prov.case_toml;
+  void set_case(const KernelCase& kc) {
+    op = kc.op;
+    case_name = kc.case_name;
+    case_toml = kc.case_toml;
+    params = kc.fields;
+    fields_toml = kc.fields.str();
   }
 };
 
-std::unique_ptr<CaseView> view_of(const Golden& g) {
+std::unique_ptr<CaseView> view_of(const KernelCase& kc) {
   auto v = std::make_unique<CaseView>();
-  v->set_prov(g);
-  v->params = CaseParams::parse(g.prov.case_toml);
-  for (const auto& t : g.inputs) v->add(v->ins, t.name, t.axes, t.shape, t.dtype, nullptr);
-  for (const auto& o : g.outputs) v->add(v->outs, o.expected.name, o.expected.axes, o.expected.shape, o.expected.dtype, nullptr);
+  v->set_case(kc);
+  for (const auto& t : kc.inputs) v->add(v->ins, t.name, t.axes, t.shape, t.dtype, nullptr);
+  for (const auto& t : kc.outputs) v->add(v->outs, t.name, t.axes, t.shape, t.dtype, nullptr);
   v->finish();
   return v;
 }
 
 std::unique_ptr<CaseView> view_of(const LaunchContext& ctx) {
   auto v = std::make_unique<CaseView>();
-  if (ctx.golden) v->set_prov(*ctx.golden);
+  if (ctx.kcase) v->set_case(*ctx.kcase);
   v->params = ctx.params;
+  v->fields_toml = ctx.params.str();
   for (const auto& t : ctx.inputs) v->add(v->ins, t.name, t.axes, t.shape, t.dtype, t.data);
   for (const auto& t : ctx.outputs) v->add(v->outs, t.name, t.axes, t.shape, t.dtype, t.data);
   v->finish();
@@ -226,8 +223,8 @@ std::vector<std::string> load_plugin(const std::string& path) {
   if (!entry) throw InputError(fmt::format("{}: not an assay plugin (no symbol {})", path, ASSAY_PLUGIN_ENTRY_SYMBOL));
   const assay_plugin* p = entry();
   if (!p) throw InputError(fmt::format("{}: {}() returned NULL", path, ASSAY_PLUGIN_ENTRY_SYMBOL));
-  if (p->abi_version != 1u && p->abi_version != ASSAY_PLUGIN_ABI_VERSION)
-    throw InputError(fmt::format("{}: plugin ABI version {} (this assay reads 1 and {})", path, p->abi_version,
+  if (p->abi_version < 1u || p->abi_version > ASSAY_PLUGIN_ABI_VERSION)
+    throw InputError(fmt::format("{}: plugin ABI version {} (this assay reads 1 to {})", path, p->abi_version,
                                  ASSAY_PLUGIN_ABI_VERSION));
   // Version 1's assay_kernel is version 2's without the trailing precision_profile.
   const size_t kstride = p->abi_version == 1u ? offsetof(assay_kernel, precision_profile) : sizeof(assay_kernel);
@@ -247,9 +244,9 @@ std::vector<std::string> load_plugin(const std::string& path) {
     d.source = path;
     d.deterministic = (k->flags & ASSAY_KERNEL_NONDETERMINISTIC) == 0;
     if (p->abi_version >= 2u && k->precision_profile && *k->precision_profile) d.profile = k->precision_profile;
-    d.can_implement = [k](const Golden& g) -> Support {
+    d.can_implement = [k](const KernelCase& kc) -> Support {
       if (!k->can_implement) return {};
-      auto v = view_of(g);
+      auto v = view_of(kc);
       char reason[512] = {0};
       const int ok = k->can_implement(&v->c, reason, sizeof reason);
       reason[sizeof reason - 1] = 0;

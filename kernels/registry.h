@@ -1,13 +1,20 @@
 // The kernel registry: every GPU kernel under test, built in (kernels/*.cu, registered from a host
 // C++ file with ASSAY_REGISTER_KERNEL) or loaded from a C ABI plugin (kernels/plugin/assay_plugin.h).
 //
-// This header and registry.cpp are plain host C++ (no CUDA headers), so CPU-only builds compile
-// the runner and report "NotRun: built without CUDA" instead of failing to build.
+// This header is the whole interface between kernels and the rest of assay: it depends on
+// reference/core only, never on verify/ (the runner includes it, not the other way round). It and
+// registry.cpp are plain host C++ (no CUDA headers), so CPU-only builds compile the runner and
+// report "NotRun: built without CUDA" instead of failing to build.
+//
+// A kernel sees a KernelCase: the op and case name, the resolved case fields (every field the op's
+// fixture binding read, defaults applied: reference/core/case_fields.h) and the name, axes,
+// shape and dtype of every input and output. Expected values, bounds and rounded codes are not
+// in it, and nothing in it leads to them: a kernel cannot peek at the answer.
 //
 // A kernel declares:
 //   op, name             which goldens it runs on; a unique name (scaled_add_v1)
 //   deterministic        outputs must be bitwise identical over repeated runs (default true)
-//   can_implement(g)     called in the parent (no CUDA context): {false, reason} -> NotSupported
+//   can_implement(kc)    called in the parent (no CUDA context): {false, reason} -> NotSupported
 //   launch(ctx)          called in a worker process: enqueue on ctx.stream; "" = ok, else the error
 // Device tensors are the golden's tensors: inputs hold the storage codes, outputs are written as
 // codes of the golden's kernel-facing output dtype; dense row-major.
@@ -18,8 +25,8 @@
 #include <string>
 #include <vector>
 
+#include "reference/core/case_fields.h"
 #include "reference/core/tensor.h"
-#include "verify/golden.h"
 
 namespace assay::kernels {
 
@@ -33,30 +40,28 @@ struct DevTensor {
   size_t bytes() const { return static_cast<size_t>(numel()) * static_cast<size_t>(info(dtype).storage_bytes); }
 };
 
-// The case's top-level TOML fields: numbers and booleans (alpha, eps, causal=1/0 ...), strings
-// (recipe = "nvfp4") and arrays of numbers (seqlens_k = [70, 9, 0]).
-class CaseParams {
- public:
-  static CaseParams parse(const std::string& case_toml);  // throws InputError on malformed TOML
-  bool has(const std::string& k) const { return v_.count(k) != 0; }
-  double get_double(const std::string& k, double dflt) const;
-  int64_t get_int(const std::string& k, int64_t dflt) const;
-  // String fields (recipe = "nvfp4") and arrays of numbers (window = [8, -1]).
-  bool has_string(const std::string& k) const { return s_.count(k) != 0; }
-  std::string get_string(const std::string& k, const std::string& dflt) const;
-  bool has_list(const std::string& k) const { return l_.count(k) != 0; }
-  std::vector<double> get_list(const std::string& k) const;  // empty if absent
-  const std::map<std::string, double>& all() const { return v_; }
+// A tensor's metadata: what a kernel may know of it before launch.
+struct TensorSpec {
+  std::string name;
+  std::vector<std::string> axes;
+  Shape shape;
+  DType dtype = DType::f64;  // inputs: storage dtype; outputs: the kernel-facing dtype
+  int64_t numel() const { return assay::numel(shape); }
+};
 
- private:
-  std::map<std::string, double> v_;
-  std::map<std::string, std::string> s_;
-  std::map<std::string, std::vector<double>> l_;
+// What a kernel may see of a case (built by the runner from a golden; no expected values).
+struct KernelCase {
+  std::string op, case_name;
+  std::string case_toml;  // the verbatim [[case]] text (the plugin C ABI hands it on)
+  CaseFields fields;      // resolved: every field the op's fixture read, defaults applied
+  std::vector<TensorSpec> inputs, outputs;  // sorted by name
+  const TensorSpec* input(std::string_view n) const;
+  const TensorSpec* output(std::string_view n) const;
 };
 
 struct LaunchContext {
-  const Golden* golden = nullptr;
-  CaseParams params;
+  const KernelCase* kcase = nullptr;  // the case being launched (never null when a kernel runs)
+  CaseFields params;                  // = kcase->fields
   std::vector<DevTensor> inputs, outputs;  // golden order (sorted by name)
   void* stream = nullptr;                  // cudaStream_t
   const DevTensor* input(std::string_view n) const;
@@ -74,7 +79,7 @@ struct KernelDef {
   bool deterministic = true;
   // How the kernel computes (verify/tolerance.h): "strict", or a profile its op's fixture declares.
   std::string profile = "strict";
-  std::function<Support(const Golden&)> can_implement;
+  std::function<Support(const KernelCase&)> can_implement;
   std::function<std::string(LaunchContext&)> launch;
 };
 
@@ -88,7 +93,7 @@ const KernelDef* find_kernel(std::string_view name);
 std::vector<std::string> load_plugin(const std::string& path);
 
 // Helpers for can_implement: every input/output named has this dtype.
-Support require_dtypes(const Golden& g, const std::vector<std::string>& names, std::vector<DType> allowed);
+Support require_dtypes(const KernelCase& kc, const std::vector<std::string>& names, std::vector<DType> allowed);
 
 }  // namespace assay::kernels
 

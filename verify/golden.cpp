@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <variant>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -107,6 +108,18 @@ std::string content_hash(const Golden& g) {
   Hasher x;
   x.str(std::to_string(p.schema_version)).str(p.op).str(p.case_name).str(p.level).str(p.case_toml).str(std::to_string(p.seed)).str(p.rng);
   for (const auto& a : g.agreement) x.str(a.tensor).str(a.form_a).str(a.form_b).f64(a.max_rel);
+  for (const auto& [k, v] : g.case_fields.all()) {
+    x.str(k).str(std::to_string(v.index()));
+    std::visit(
+        [&](const auto& y) {
+          using T = std::decay_t<decltype(y)>;
+          if constexpr (std::is_same_v<T, std::string>) x.str(y);
+          else if constexpr (std::is_same_v<T, bool>) x.str(y ? "1" : "0");
+          else if constexpr (std::is_same_v<T, int64_t> || std::is_same_v<T, double>) x.vec(std::vector<T>{y});
+          else x.vec(y);
+        },
+        v);
+  }
   std::vector<size_t> order(g.inputs.size());  // by name: a reader lists them sorted
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return g.inputs[a].name < g.inputs[b].name; });
@@ -149,8 +162,9 @@ void write_golden(const std::string& path, const Golden& g) {
       agr.push_back({{"tensor", a.tensor}, {"form_a", a.form_a}, {"form_b", a.form_b}, {"max_rel", a.max_rel}});
     f.set_attr("/", "oracle_agreement", agr.dump());
 
-    for (const char* grp : {"/inputs", "/expected", "/rounded", "/bounds", "/allowed_mask", "/alt", "/intermediates"})
+    for (const char* grp : {"/case", "/inputs", "/expected", "/rounded", "/bounds", "/allowed_mask", "/alt", "/intermediates"})
       f.create_group(grp);
+    for (const auto& [k, v] : g.case_fields.all()) f.set_attr_value("/case", k, v);
     for (size_t i = 0; i < g.inputs.size(); ++i) {
       const auto& t = g.inputs[i];
       std::vector<uint64_t> codes(t.data.size());
@@ -245,6 +259,9 @@ Golden read_golden(const std::string& path) {
   } catch (const nlohmann::json::exception&) {
     throw InputError(fmt::format("{}: attribute 'oracle_agreement': malformed JSON", path));
   }
+  if (!f.exists("/case"))
+    throw InputError(fmt::format("{}: /case: missing group (the resolved case fields; regenerate with assay gen)", path));
+  for (const auto& k : f.attr_names("/case")) g.case_fields.set(k, f.attr_value("/case", k));
   {
     // The whole file's declared size, before anything is loaded: many datasets each under the
     // limit must not add up past it (a small file can declare huge chunked datasets).
@@ -335,6 +352,8 @@ namespace assay {
 std::vector<std::string> golden_diff(const Golden& fresh, const Golden& stored, double rel) {
   std::vector<std::string> d;
   if (fresh.prov.case_toml != stored.prov.case_toml) d.push_back("case text differs");
+  if (fresh.case_fields.all() != stored.case_fields.all())
+    d.push_back(fmt::format("/case fields differ:\n  have {}\n  want {}", stored.case_fields.str(), fresh.case_fields.str()));
   if (fresh.inputs.size() != stored.inputs.size()) d.push_back("different number of inputs");
   for (size_t i = 0; i < fresh.inputs.size(); ++i) {
     const auto& t = fresh.inputs[i];

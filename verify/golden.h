@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "reference/core/case_fields.h"
 #include "reference/core/tensor.h"
 
 namespace assay {
@@ -25,6 +26,8 @@ struct Golden {
   std::vector<Output> outputs;
   std::vector<Tensor> intermediates;
   std::vector<FormAgreement> agreement;
+  // The resolved case fields (reference/core/case_fields.h): what a kernel may read of the case.
+  CaseFields case_fields;
   // As recorded in the file by read_golden (empty when absent); write_golden ignores them and
   // records golden_hashes(*this) / content_hash(*this). verify/stale.h compares the two.
   std::map<std::string, std::string> recorded_hashes;  // dataset path -> its fnv1a64 attribute
@@ -55,7 +58,7 @@ std::vector<std::string> golden_diff(const Golden& fresh, const Golden& stored, 
 //     /intermediates), over its name, shape, its attributes (dtype, axes, allow_nonfinite) and its
 //     values (fp64 bytes, or codes as uint64);
 //   content_hash: over the root provenance that decides a verdict (schema_version, op, case,
-//     level, case_toml, seed, rng, oracle_agreement), every input's name, dtype, axes, shape and
+//     level, case_toml, seed, rng, oracle_agreement), the /case fields, every input's name, dtype, axes, shape and
 //     fnv1a64, and every golden_hashes entry. generator, git_rev and compiler are not covered (they
 //     say who wrote the file, not what it asserts).
 std::map<std::string, std::string> golden_hashes(const Golden& g);

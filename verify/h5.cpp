@@ -314,6 +314,8 @@ int64_t File::attr_int(const std::string& o, const std::string& name) const {
   Handle a(H5Aopen_by_name(file_.get(), o.c_str(), name.c_str(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
   Handle type(H5Aget_type(a.get()), H5Tclose);
   if (H5Tget_class(type.get()) != H5T_INTEGER) fail(o, fmt::format("attribute '{}' is not an integer", name));
+  Handle space(H5Aget_space(a.get()), H5Sclose);
+  if (H5Sget_simple_extent_npoints(space.get()) != 1) fail(o, fmt::format("attribute '{}' is not a scalar", name));
   int64_t v = 0;
   if (H5Aread(a.get(), H5T_NATIVE_INT64, &v) < 0) fail(o, fmt::format("cannot read attribute '{}'", name));
   return v;
@@ -321,8 +323,83 @@ int64_t File::attr_int(const std::string& o, const std::string& name) const {
 double File::attr_f64(const std::string& o, const std::string& name) const {
   if (!has_attr(o, name)) fail(o, fmt::format("missing attribute '{}'", name));
   Handle a(H5Aopen_by_name(file_.get(), o.c_str(), name.c_str(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  Handle type(H5Aget_type(a.get()), H5Tclose);
+  const auto cls = H5Tget_class(type.get());
+  if (cls != H5T_FLOAT && cls != H5T_INTEGER) fail(o, fmt::format("attribute '{}' is not a number", name));
+  Handle space(H5Aget_space(a.get()), H5Sclose);
+  if (H5Sget_simple_extent_npoints(space.get()) != 1) fail(o, fmt::format("attribute '{}' is not a scalar", name));
   double v = 0;
   if (H5Aread(a.get(), H5T_NATIVE_DOUBLE, &v) < 0) fail(o, fmt::format("cannot read attribute '{}'", name));
+  return v;
+}
+
+std::vector<std::string> File::attr_names(const std::string& o) const {
+  Handle h = obj(o);
+  std::vector<std::string> names;
+  hsize_t idx = 0;
+  auto collect = [](hid_t, const char* n, const H5A_info_t*, void* out) -> herr_t {
+    static_cast<std::vector<std::string>*>(out)->emplace_back(n);
+    return 0;
+  };
+  if (H5Aiterate2(h.get(), H5_INDEX_NAME, H5_ITER_INC, &idx, collect, &names) < 0) fail(o, "cannot list attributes");
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+void File::set_attr_value(const std::string& o, const std::string& name, const CaseFields::Value& v) {
+  if (const auto* i = std::get_if<int64_t>(&v)) return set_attr(o, name, *i);
+  if (const auto* d = std::get_if<double>(&v)) return set_attr(o, name, *d);
+  if (const auto* s = std::get_if<std::string>(&v)) return set_attr(o, name, *s);
+  Handle h = obj(o);
+  replace_attr(h.get(), o, name);
+  hid_t file_type = H5T_STD_U8LE, mem_type = H5T_NATIVE_UINT8;
+  const void* data = nullptr;
+  hsize_t n = 1;
+  uint8_t b = 0;
+  Handle sp;
+  if (const auto* x = std::get_if<bool>(&v)) {  // bools: 1-byte unsigned scalars (an int64 is 8 bytes)
+    b = *x ? 1 : 0;
+    data = &b;
+    sp = scalar_space();
+  } else {
+    if (const auto* a = std::get_if<std::vector<int64_t>>(&v)) {
+      file_type = H5T_STD_I64LE, mem_type = H5T_NATIVE_INT64, data = a->data(), n = a->size();
+    } else {
+      const auto& d = std::get<std::vector<double>>(v);
+      file_type = H5T_IEEE_F64LE, mem_type = H5T_NATIVE_DOUBLE, data = d.data(), n = d.size();
+    }
+    // An empty array is a null dataspace: no elements, the type still says which kind.
+    sp = n == 0 ? Handle(H5Screate(H5S_NULL), H5Sclose) : Handle(H5Screate_simple(1, &n, nullptr), H5Sclose);
+  }
+  Handle a(H5Acreate2(h.get(), name.c_str(), file_type, sp.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  if (!a || (n > 0 && H5Awrite(a.get(), mem_type, data) < 0)) fail(o, fmt::format("cannot write attribute '{}'", name));
+}
+
+CaseFields::Value File::attr_value(const std::string& o, const std::string& name) const {
+  if (!has_attr(o, name)) fail(o, fmt::format("missing attribute '{}'", name));
+  Handle a(H5Aopen_by_name(file_.get(), o.c_str(), name.c_str(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  Handle type(H5Aget_type(a.get()), H5Tclose);
+  Handle space(H5Aget_space(a.get()), H5Sclose);
+  const auto cls = H5Tget_class(type.get());
+  if (cls == H5T_STRING) return attr_str(o, name);
+  if (cls != H5T_INTEGER && cls != H5T_FLOAT) fail(o, fmt::format("attribute '{}' is not a number, string or array", name));
+  const auto kind = H5Sget_simple_extent_type(space.get());
+  const int rank = H5Sget_simple_extent_ndims(space.get());
+  if (kind == H5S_SCALAR) {
+    if (cls == H5T_INTEGER && H5Tget_size(type.get()) == 1) return attr_int(o, name) != 0;
+    if (cls == H5T_INTEGER) return attr_int(o, name);
+    return attr_f64(o, name);
+  }
+  const hssize_t n = kind == H5S_NULL ? 0 : H5Sget_simple_extent_npoints(space.get());
+  if ((kind != H5S_NULL && rank != 1) || n < 0 || n > (1 << 20))
+    fail(o, fmt::format("attribute '{}' is not a scalar or a 1-D array of at most 2^20 numbers", name));
+  if (cls == H5T_INTEGER) {
+    std::vector<int64_t> v(static_cast<size_t>(n));
+    if (n > 0 && H5Aread(a.get(), H5T_NATIVE_INT64, v.data()) < 0) fail(o, fmt::format("cannot read attribute '{}'", name));
+    return v;
+  }
+  std::vector<double> v(static_cast<size_t>(n));
+  if (n > 0 && H5Aread(a.get(), H5T_NATIVE_DOUBLE, v.data()) < 0) fail(o, fmt::format("cannot read attribute '{}'", name));
   return v;
 }
 

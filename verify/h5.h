@@ -9,6 +9,8 @@
 
 #include <hdf5.h>
 
+#include "reference/core/case_fields.h"
+
 namespace assay::h5 {
 
 // Owns one hid_t and closes it with the matching H5*close.
@@ -80,6 +82,11 @@ class File {
   std::string attr_str(const std::string& obj, const std::string& name) const;  // fixed or variable length
   int64_t attr_int(const std::string& obj, const std::string& name) const;
   double attr_f64(const std::string& obj, const std::string& name) const;
+  // Every attribute of an object, sorted; typed values for a golden's /case group: int64 and
+  // float64 scalars, 1-byte integer scalars as bools, strings, 1-D int64 / float64 arrays.
+  std::vector<std::string> attr_names(const std::string& obj) const;
+  void set_attr_value(const std::string& obj, const std::string& name, const CaseFields::Value& v);
+  CaseFields::Value attr_value(const std::string& obj, const std::string& name) const;
 
   // Flushes and closes; InputError if either fails (disk full, quota, I/O error): a file that did
   // not close cleanly must not be renamed into place.

@@ -22,6 +22,7 @@
 
 #include "reference/core/check.h"
 #include "verify/golden.h"
+#include "verify/kernel_case.h"
 #include "verify/h5.h"
 #include "verify/sanitize.h"
 #include "verify/stale.h"
@@ -601,7 +602,7 @@ RunReport run_verify(const VerifyOptions& o) {
     }
     // 2. can_implement
     try {
-      const auto s = it.kernel->can_implement ? it.kernel->can_implement(*g) : kernels::Support{};
+      const auto s = it.kernel->can_implement ? it.kernel->can_implement(kernel_case_of(*g)) : kernels::Support{};
       if (!s.ok) {
         cr.verdict = Verdict::NotSupported;
         cr.reason = s.reason;

@@ -15,6 +15,7 @@
 #include "kernels/registry.h"
 #include "reference/core/check.h"
 #include "verify/golden.h"
+#include "verify/kernel_case.h"
 #include "verify/h5.h"
 #include "verify/worker.h"
 
@@ -121,9 +122,11 @@ int worker_main(const WorkerArgs& a) {
   res.j["kernel"] = k->name;
   res.j["kernel_source"] = k->source;
 
+  // The kernel sees the KernelCase and device buffers; `g` (expected values included) stays here.
+  const kernels::KernelCase kc = kernel_case_of(g);
   kernels::LaunchContext ctx;
-  ctx.golden = &g;
-  ctx.params = kernels::CaseParams::parse(g.prov.case_toml);
+  ctx.kcase = &kc;
+  ctx.params = kc.fields;
   cudaStream_t stream = nullptr;
   if (cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking); e != cudaSuccess)
     return fail("cuda_error", cuda_msg("cudaStreamCreate", e), kExitCuda);

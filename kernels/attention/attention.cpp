@@ -13,7 +13,7 @@
 namespace assay::kernels::attention {
 namespace {
 
-Support fwd_supported(const Golden& g) {
+Support fwd_supported(const KernelCase& g) {
   Support s = forward_case_supported(g);
   if (!s.ok) return s;
   const CaseDims d = case_dims(g);
@@ -49,7 +49,7 @@ KernelDef make_v2_split() {
   d.name = "attention_v2_split";
   d.description = "v2 over the oracle's split-KV scheme (case tile_n, num_splits): fp32 partials + LSE-weighted combine";
   d.deterministic = true;
-  d.can_implement = [](const Golden& g) -> Support {
+  d.can_implement = [](const KernelCase& g) -> Support {
     Support s = fwd_supported(g);
     if (!s.ok) return s;
     const CaseDims dm = case_dims(g);
@@ -68,7 +68,7 @@ KernelDef make_v3_decode() {
       "decode (Sq <= 16): GQA group packed into the query tile (Sq*G <= 16: 4 warps split each KV tile by keys), "
       "split-KV (case num_splits if > 1, else from the SM count) + combine";
   d.deterministic = true;
-  d.can_implement = [](const Golden& g) -> Support {
+  d.can_implement = [](const KernelCase& g) -> Support {
     Support s = fwd_supported(g);
     if (!s.ok) return s;
     const CaseDims dm = case_dims(g);

@@ -20,7 +20,7 @@ struct Fields {
   int Sq = 0, Sk = 0;
 };
 
-Fields fields_of(const CaseParams& cp) {
+Fields fields_of(const CaseFields& cp) {
   Fields f;
   f.has_scale = cp.has("scale");
   f.scale = cp.get_double("scale", 0);
@@ -94,24 +94,24 @@ CaseDims dims_of(const ShapeOf& s, const Fields& f) {
 
 }  // namespace
 
-CaseDims case_dims(const Golden& g) {
+CaseDims case_dims(const KernelCase& g) {
   ShapeOf s;
   for (const auto& t : g.inputs) s.t.emplace_back(t.name, t.shape);
-  return dims_of(s, fields_of(CaseParams::parse(g.prov.case_toml)));
+  return dims_of(s, fields_of(g.fields));
 }
 
-Support forward_case_supported(const Golden& g) {
+Support forward_case_supported(const KernelCase& g) {
   for (const char* n : {"dQ", "dK", "dV", "dSink"})
     if (g.output(n)) return {false, "forward kernel: the case asks for gradients (backward)"};
-  const Tensor *q = g.input("q"), *k = g.input("k"), *v = g.input("v");
-  const Output *o = g.output("O"), *lse = g.output("LSE");
+  const TensorSpec *q = g.input("q"), *k = g.input("k"), *v = g.input("v");
+  const TensorSpec *o = g.output("O"), *lse = g.output("LSE");
   if (!q || !k || !v || !o || !lse) return {false, "not a forward attention case (needs q, k, v -> O, LSE)"};
   if (q->dtype != DType::bf16 && q->dtype != DType::f16)
     return {false, fmt::format("q dtype {} (bf16 and fp16 only)", name(q->dtype))};
   if (k->dtype != q->dtype || v->dtype != q->dtype) return {false, "q, k and v differ in dtype"};
-  if (o->expected.dtype != q->dtype) return {false, fmt::format("O dtype {} differs from q's", name(o->expected.dtype))};
-  if (lse->expected.dtype != DType::f32) return {false, "LSE is not fp32"};
-  if (const Tensor* s = g.input("sink"); s && s->dtype != DType::f32) return {false, "sink is not fp32"};
+  if (o->dtype != q->dtype) return {false, fmt::format("O dtype {} differs from q's", name(o->dtype))};
+  if (lse->dtype != DType::f32) return {false, "LSE is not fp32"};
+  if (const TensorSpec* s = g.input("sink"); s && s->dtype != DType::f32) return {false, "sink is not fp32"};
   const CaseDims d = case_dims(g);
   if (d.Hkv <= 0 || d.Hq % d.Hkv != 0) return {false, fmt::format("Hq = {} is not a multiple of Hkv = {}", d.Hq, d.Hkv)};
   return {};

@@ -146,7 +146,7 @@ std::string build_params(const LaunchContext& c, AttnParams& p);
 // The checks every forward kernel shares: a forward case (no backward outputs), q/k/v of one
 // dtype in {bf16, fp16}, O of the same dtype, LSE fp32, Hq % Hkv == 0. Kernel-specific limits
 // (head dims, Sq for decode) are added by each kernel's can_implement.
-Support forward_case_supported(const Golden& g);
+Support forward_case_supported(const KernelCase& g);
 
 // Dimensions of a golden's case, from tensor shapes and case fields (no values read).
 struct CaseDims {
@@ -155,7 +155,7 @@ struct CaseDims {
   bool varlen_q = false, paged = false, packed_k = false, has_sink = false, softcap = false, causal = false,
        window = false;
 };
-CaseDims case_dims(const Golden& g);
+CaseDims case_dims(const KernelCase& g);
 
 }  // namespace assay::kernels::attention
 #endif

@@ -19,7 +19,7 @@ KernelDef make_attention_v1() {
       "readable baseline: CTA per (16 query rows, head, split), KV tiles of tile_n keys in shared memory, scalar fp32, "
       "online softmax; split-KV with fp32 partials + LSE-weighted combine";
   d.deterministic = true;
-  d.can_implement = [](const Golden& g) { return attention_v1_supported(g); };
+  d.can_implement = [](const KernelCase& g) { return attention_v1_supported(g); };
   d.launch = [](LaunchContext& c) -> std::string {
     AttnParams p;
     if (std::string err = build_params(c, p); !err.empty()) return "attention_v1: " + err;

@@ -41,7 +41,7 @@ namespace assay::kernels::attention {
 
 // can_implement of attention_v1 (and of its mutants): the shared forward checks plus v1's limits
 // (head dims 1..256, grid limits). Reads shapes, dtypes and case fields only.
-inline Support attention_v1_supported(const Golden& g) {
+inline Support attention_v1_supported(const KernelCase& g) {
   if (Support s = forward_case_supported(g); !s.ok) return s;
   const CaseDims d = case_dims(g);
   if (d.D < 1 || d.Dv < 1 || d.D > kAttentionV1MaxHeadDim || d.Dv > kAttentionV1MaxHeadDim)

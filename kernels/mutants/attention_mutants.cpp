@@ -38,7 +38,7 @@ KernelDef make_mutant(const char* name, const char* description, Mutation m,
   d.name = name;
   d.description = description;
   d.deterministic = true;
-  d.can_implement = [shows](const Golden& g) -> Support {
+  d.can_implement = [shows](const KernelCase& g) -> Support {
     if (Support s = attention_v1_supported(g); !s.ok) return s;
     return shows(case_dims(g));
   };

@@ -1,8 +1,8 @@
 // Registration of the optimizer kernels (kernels/optim/optim_*.cu) with the kernel registry.
 //
-// Goldens: golden/optim/<case>.h5 (fixtures/optim.toml, fixtures/optim.cpp). Case field defaults
-// below mirror fixtures/optim.cpp exactly (a golden's case text holds only the fields it sets),
-// and fields the generator does not read are not read here either.
+// Goldens: golden/optim/<case>.h5 (fixtures/optim.toml, fixtures/optim.cpp). Every case field is
+// read from the KernelCase without a default: the golden's /case group holds every field the
+// fixture binding read, with the binding's default applied, so no default is repeated here.
 // Tensors (storage codes; every output written in full):
 //   adam      g [S, N], p, m, v, (vmax) [N] fp32 or bf16 -> p, m, v, (vmax) exact, or p_tol, m_tol,
 //             v_tol fp32 bounded (apex / TE, fused Adam-L2); S steps from t = step0 + 1
@@ -34,7 +34,7 @@ namespace {
 
 using namespace assay::kernels::optim;
 
-CaseParams params_of(const Golden& g) { return CaseParams::parse(g.prov.case_toml); }
+const CaseFields& params_of(const KernelCase& g) { return g.fields; }
 
 Support no(std::string why) { return {false, std::move(why)}; }
 
@@ -43,19 +43,19 @@ std::string cuda_err(const std::string& who, cudaError_t e) {
 }
 
 // Every output of the golden is one of `known`.
-Support outputs_within(const Golden& g, const std::set<std::string>& known, const std::string& who) {
+Support outputs_within(const KernelCase& g, const std::set<std::string>& known, const std::string& who) {
   for (const auto& o : g.outputs)
-    if (!known.count(o.expected.name)) return no(fmt::format("{}: unknown output '{}'", who, o.expected.name));
+    if (!known.count(o.name)) return no(fmt::format("{}: unknown output '{}'", who, o.name));
   return {};
 }
-Support need(const Golden& g, const std::vector<std::string>& names, DType dt) { return require_dtypes(g, names, {dt}); }
+Support need(const KernelCase& g, const std::vector<std::string>& names, DType dt) { return require_dtypes(g, names, {dt}); }
 // Outputs by name (several names are both an input and an output: p, m, v, buf).
-Support need_out(const Golden& g, const std::vector<std::string>& names, DType dt) {
+Support need_out(const KernelCase& g, const std::vector<std::string>& names, DType dt) {
   for (const auto& n : names) {
     const auto* o = g.output(n);
     if (!o) return no(fmt::format("the golden has no output '{}'", n));
-    if (o->expected.dtype != dt)
-      return no(fmt::format("output '{}' is {}; this kernel writes {}", n, name(o->expected.dtype), name(dt)));
+    if (o->dtype != dt)
+      return no(fmt::format("output '{}' is {}; this kernel writes {}", n, name(o->dtype), name(dt)));
   }
   return {};
 }
@@ -77,9 +77,8 @@ struct DevScratch {
   }
 };
 
-Segments segments_of(const CaseParams& P, int64_t total, bool& ok) {
+Segments segments_of(const CaseFields& P, int64_t total, bool& ok) {
   std::vector<double> sz = P.get_list("sizes");
-  if (!P.has_list("sizes")) sz = {257, 1024, 33};  // fixtures/optim.cpp default
   Segments s;
   ok = !sz.empty() && static_cast<int>(sz.size()) <= kMaxSegments;
   if (!ok) return s;
@@ -98,17 +97,17 @@ Segments segments_of(const CaseParams& P, int64_t total, bool& ok) {
 // ---------------------------------------------------------------------------------------------
 // Adam / AdamW
 // ---------------------------------------------------------------------------------------------
-AdamConfig adam_config(const CaseParams& P) {
+AdamConfig adam_config(const CaseFields& P) {
   AdamConfig c;
-  c.lr = P.get_double("lr", 1e-3);
-  c.beta1 = P.get_double("beta1", 0.9);
-  c.beta2 = P.get_double("beta2", 0.999);
-  c.eps = P.get_double("eps", 1e-8);
-  c.weight_decay = P.get_double("weight_decay", 1e-2);
-  c.decoupled = P.get_double("decoupled", 1) != 0;
-  c.amsgrad = P.get_double("amsgrad", 0) != 0;
-  c.maximize = P.get_double("maximize", 0) != 0;
-  c.grad_scale = P.has("grad_scale") ? static_cast<double>(static_cast<float>(P.get_double("grad_scale", 0))) : 0.0;
+  c.lr = P.get_double("lr");
+  c.beta1 = P.get_double("beta1");
+  c.beta2 = P.get_double("beta2");
+  c.eps = P.get_double("eps");
+  c.weight_decay = P.get_double("weight_decay");
+  c.decoupled = P.get_double("decoupled") != 0;
+  c.amsgrad = P.get_double("amsgrad") != 0;
+  c.maximize = P.get_double("maximize") != 0;
+  c.grad_scale = P.has("grad_scale") ? static_cast<double>(static_cast<float>(P.get_double("grad_scale"))) : 0.0;
   return c;
 }
 
@@ -122,18 +121,18 @@ const char* flavor_impl(AdamFlavor f) {
   return "?";
 }
 
-Support adam_can(AdamFlavor f, bool master, const Golden& g, const std::string& who) {
-  const CaseParams P = params_of(g);
-  const std::string opt = P.get_string("optimizer", "");
+Support adam_can(AdamFlavor f, bool master, const KernelCase& g, const std::string& who) {
+  const CaseFields& P = params_of(g);
+  const std::string opt = P.get_string("optimizer");
   if (opt != "adam") return no(fmt::format("optimizer '{}': {} runs adam", opt, who));
-  const std::string impl = P.get_string("impl", "torch_foreach");
+  const std::string impl = P.get_string("impl");
   const bool mine = impl == flavor_impl(f) || (f == AdamFlavor::apex && impl == "te");
   if (!mine)
     return no(fmt::format("impl '{}' has another arithmetic than {} ({})", impl, flavor_impl(f),
                           impl == "te" ? "optim_adam_apex_v1" : "optim_adam_" + impl + "_v1"));
   const AdamConfig c = adam_config(P);
-  const bool bf16 = P.get_double("bf16", 0) != 0;
-  const bool grad_inf = P.get_double("grad_inf", 0) != 0;
+  const bool bf16 = P.get_double("bf16") != 0;
+  const bool grad_inf = P.get_double("grad_inf") != 0;
   if (f != AdamFlavor::torch_fused && (P.has("grad_scale") || grad_inf))
     return no(fmt::format("{}: grad_scale / found_inf live in the fused kernel only", flavor_impl(f)));
   if (f == AdamFlavor::apex && (c.amsgrad || c.maximize)) return no("apex / TE FusedAdam have no amsgrad or maximize");
@@ -163,7 +162,7 @@ Support adam_can(AdamFlavor f, bool master, const Golden& g, const std::string& 
 }
 
 std::string adam_launch(AdamFlavor f, bool master, LaunchContext& ctx, const std::string& who) {
-  const CaseParams& P = ctx.params;
+  const CaseFields& P = ctx.params;
   const AdamConfig c = adam_config(P);
   auto st = static_cast<cudaStream_t>(ctx.stream);
   const auto *g = ctx.input("g"), *p = ctx.input("p"), *m = ctx.input("m"), *v = ctx.input("v");
@@ -177,8 +176,8 @@ std::string adam_launch(AdamFlavor f, bool master, LaunchContext& ctx, const std
   const StoreType dt = g->dtype == DType::bf16 ? StoreType::bf16 : StoreType::f32;
   const size_t es = dt == StoreType::bf16 ? 2 : 4;
   const int64_t S = g->shape[0], N = g->shape[1];
-  const int64_t step0 = P.get_int("step0", 9);
-  const bool check_inf = f == AdamFlavor::torch_fused && (P.get_double("grad_inf", 0) != 0 || P.has("grad_scale"));
+  const int64_t step0 = P.get_int("step0");
+  const bool check_inf = f == AdamFlavor::torch_fused && (P.get_double("grad_inf") != 0 || P.has("grad_scale"));
   cudaError_t e = cudaSuccess;
   DevScratch scr(st);
   int* flag = check_inf ? scr.get<int>(1, e) : nullptr;
@@ -211,7 +210,7 @@ KernelDef make_adam(AdamFlavor f, bool master, std::string name, std::string des
   d.name = name;
   d.description = std::move(desc);
   d.deterministic = true;
-  d.can_implement = [f, master, name](const Golden& g) { return adam_can(f, master, g, name); };
+  d.can_implement = [f, master, name](const KernelCase& g) { return adam_can(f, master, g, name); };
   d.launch = [f, master, name](LaunchContext& c) { return adam_launch(f, master, c, name); };
   return d;
 }
@@ -219,14 +218,14 @@ KernelDef make_adam(AdamFlavor f, bool master, std::string name, std::string des
 // ---------------------------------------------------------------------------------------------
 // SGD, Lion
 // ---------------------------------------------------------------------------------------------
-SgdConfig sgd_config(const CaseParams& P) {
+SgdConfig sgd_config(const CaseFields& P) {
   SgdConfig c;
-  c.lr = P.get_double("lr", 1e-2);
-  c.momentum = P.get_double("momentum", 0.9);
-  c.dampening = P.get_double("dampening", 0.0);
-  c.weight_decay = P.get_double("weight_decay", 0.0);
-  c.nesterov = P.get_double("nesterov", 0) != 0;
-  c.maximize = P.get_double("maximize", 0) != 0;
+  c.lr = P.get_double("lr");
+  c.momentum = P.get_double("momentum");
+  c.dampening = P.get_double("dampening");
+  c.weight_decay = P.get_double("weight_decay");
+  c.nesterov = P.get_double("nesterov") != 0;
+  c.maximize = P.get_double("maximize") != 0;
   return c;
 }
 
@@ -235,12 +234,12 @@ KernelDef make_sgd() {
   d.op = "optim";
   d.name = "optim_sgd_v1";
   d.description = "torch 2.11 SGD (momentum, dampening, nesterov, maximize, wd): fma per add(alpha), float4 grid-stride";
-  d.can_implement = [](const Golden& g) -> Support {
-    const CaseParams P = params_of(g);
-    if (P.get_string("optimizer", "") != "sgd") return no("optim_sgd_v1 runs optimizer = sgd");
+  d.can_implement = [](const KernelCase& g) -> Support {
+    const CaseFields& P = params_of(g);
+    if (P.get_string("optimizer") != "sgd") return no("optim_sgd_v1 runs optimizer = sgd");
     const SgdConfig c = sgd_config(P);
     if (c.nesterov && !(c.momentum > 0 && c.dampening == 0)) return no("nesterov needs momentum > 0 and dampening 0");
-    const bool preset = P.get_double("preset_buf", 1) != 0;
+    const bool preset = P.get_double("preset_buf") != 0;
     std::vector<std::string> ins{"g", "p"};
     if (preset) ins.push_back("buf");
     if (auto s = need(g, ins, DType::f32); !s.ok) return s;
@@ -255,7 +254,7 @@ KernelDef make_sgd() {
   };
   d.launch = [](LaunchContext& ctx) -> std::string {
     const SgdConfig c = sgd_config(ctx.params);
-    const bool preset = ctx.params.get_double("preset_buf", 1) != 0;
+    const bool preset = ctx.params.get_double("preset_buf") != 0;
     const auto *g = ctx.input("g"), *p = ctx.input("p"), *b = ctx.input("buf");
     const auto *po = ctx.output("p"), *bo = ctx.output("buf");
     if (!g || !p || !po) return "optim_sgd_v1: missing tensors";
@@ -274,12 +273,12 @@ KernelDef make_sgd() {
   return d;
 }
 
-LionConfig lion_config(const CaseParams& P) {
+LionConfig lion_config(const CaseFields& P) {
   LionConfig c;
-  c.lr = P.get_double("lr", 1e-4);
-  c.beta1 = P.get_double("beta1", 0.9);
-  c.beta2 = P.get_double("beta2", 0.99);
-  c.weight_decay = P.get_double("weight_decay", 0.0);
+  c.lr = P.get_double("lr");
+  c.beta1 = P.get_double("beta1");
+  c.beta2 = P.get_double("beta2");
+  c.weight_decay = P.get_double("weight_decay");
   return c;
 }
 
@@ -288,9 +287,9 @@ KernelDef make_lion() {
   d.op = "optim";
   d.name = "optim_lion_v1";
   d.description = "Lion (lucidrains): p(1 - lr wd) - lr sign(b1 m + (1-b1) g), m = b2 m + (1-b2) g; float4 grid-stride";
-  d.can_implement = [](const Golden& g) -> Support {
-    const CaseParams P = params_of(g);
-    if (P.get_string("optimizer", "") != "lion") return no("optim_lion_v1 runs optimizer = lion");
+  d.can_implement = [](const KernelCase& g) -> Support {
+    const CaseFields& P = params_of(g);
+    if (P.get_string("optimizer") != "lion") return no("optim_lion_v1 runs optimizer = lion");
     if (auto s = need(g, {"g", "p", "m"}, DType::f32); !s.ok) return s;
     if (auto s = need_out(g, {"p", "m"}, DType::f32); !s.ok) return s;
     if (auto s = outputs_within(g, {"p", "m"}, "optim_lion_v1"); !s.ok) return s;
@@ -317,16 +316,16 @@ KernelDef make_lion() {
 // ---------------------------------------------------------------------------------------------
 // LAMB
 // ---------------------------------------------------------------------------------------------
-LambConfig lamb_config(const CaseParams& P) {
+LambConfig lamb_config(const CaseFields& P) {
   LambConfig c;  // grad_averaging / bias_correction: the generator keeps apex's defaults (true)
-  c.lr = P.get_double("lr", 1e-3);
-  c.beta1 = P.get_double("beta1", 0.9);
-  c.beta2 = P.get_double("beta2", 0.999);
-  c.eps = P.get_double("eps", 1e-6);
-  c.weight_decay = P.get_double("weight_decay", 0.01);
-  c.adam_w_mode = P.get_double("adam_w_mode", 1) != 0;
-  c.use_nvlamb = P.get_double("use_nvlamb", 0) != 0;
-  c.max_grad_norm = P.get_double("max_grad_norm", 1.0);
+  c.lr = P.get_double("lr");
+  c.beta1 = P.get_double("beta1");
+  c.beta2 = P.get_double("beta2");
+  c.eps = P.get_double("eps");
+  c.weight_decay = P.get_double("weight_decay");
+  c.adam_w_mode = P.get_double("adam_w_mode") != 0;
+  c.use_nvlamb = P.get_double("use_nvlamb") != 0;
+  c.max_grad_norm = P.get_double("max_grad_norm");
   return c;
 }
 
@@ -335,13 +334,13 @@ KernelDef make_lamb() {
   d.op = "optim";
   d.name = "optim_lamb_v1";
   d.description = "apex FusedLAMB: deterministic two-pass norms (global ||g||, per-tensor ||p||, ||u||), phase 1 update, phase 2 trust ratio";
-  d.can_implement = [](const Golden& g) -> Support {
-    const CaseParams P = params_of(g);
-    if (P.get_string("optimizer", "") != "lamb") return no("optim_lamb_v1 runs optimizer = lamb");
+  d.can_implement = [](const KernelCase& g) -> Support {
+    const CaseFields& P = params_of(g);
+    if (P.get_string("optimizer") != "lamb") return no("optim_lamb_v1 runs optimizer = lamb");
     if (auto s = need(g, {"g", "p", "m", "v", "p_tol", "m_tol", "v_tol"}, DType::f32); !s.ok) return s;
     if (auto s = outputs_within(g, {"p_tol", "m_tol", "v_tol"}, "optim_lamb_v1"); !s.ok) return s;
     bool ok = false;
-    segments_of(P, g.input("g")->size(), ok);
+    segments_of(P, g.input("g")->numel(), ok);
     if (!ok) return no(fmt::format("lamb: `sizes` must be 1..{} positive sizes summing to N", kMaxSegments));
     return {};
   };
@@ -353,7 +352,7 @@ KernelDef make_lamb() {
     bool ok = false;
     const Segments s = segments_of(ctx.params, g->numel(), ok);
     if (!ok) return "optim_lamb_v1: bad sizes";
-    const int64_t t = ctx.params.get_int("step0", 4) + 1;
+    const int64_t t = ctx.params.get_int("step0") + 1;
     return cuda_err("optim_lamb_v1",
                     lamb_step(c, t, s, static_cast<const float*>(g->data), static_cast<const float*>(p->data),
                               static_cast<const float*>(m->data), static_cast<const float*>(v->data),
@@ -371,32 +370,32 @@ KernelDef make_clip() {
   d.op = "optim";
   d.name = "optim_clip_v1";
   d.description = "global grad-norm clipping, torch clip_grad_norm_ (fp32 / bf16) and Megatron (fp32); deterministic two-pass norms";
-  d.can_implement = [](const Golden& g) -> Support {
-    const CaseParams P = params_of(g);
-    if (P.get_string("optimizer", "") != "clip") return no("optim_clip_v1 runs optimizer = clip");
-    const std::string sem = P.get_string("semantics", "torch");
-    const bool b16 = P.get_double("bf16", 0) != 0;
+  d.can_implement = [](const KernelCase& g) -> Support {
+    const CaseFields& P = params_of(g);
+    if (P.get_string("optimizer") != "clip") return no("optim_clip_v1 runs optimizer = clip");
+    const std::string sem = P.get_string("semantics");
+    const bool b16 = P.get_double("bf16") != 0;
     if (sem != "torch" && sem != "megatron") return no("semantics: torch or megatron");
     if (sem == "megatron" && b16) return no("megatron clips fp32 main grads");
     if (auto s = need(g, {"g", "g_tol", "total_norm_tol"}, b16 ? DType::bf16 : DType::f32); !s.ok) return s;
     if (auto s = outputs_within(g, {"g_tol", "total_norm_tol"}, "optim_clip_v1"); !s.ok) return s;
-    if (g.output("total_norm_tol")->expected.size() != 1) return no("total_norm_tol must hold one value");
+    if (g.output("total_norm_tol")->numel() != 1) return no("total_norm_tol must hold one value");
     bool ok = false;
-    segments_of(P, g.input("g")->size(), ok);
+    segments_of(P, g.input("g")->numel(), ok);
     if (!ok) return no(fmt::format("clip: `sizes` must be 1..{} positive sizes summing to N", kMaxSegments));
     return {};
   };
   d.launch = [](LaunchContext& ctx) -> std::string {
-    const CaseParams& P = ctx.params;
+    const CaseFields& P = ctx.params;
     const auto* g = ctx.input("g");
     const auto *go = ctx.output("g_tol"), *to = ctx.output("total_norm_tol");
     if (!g || !go || !to) return "optim_clip_v1: missing tensors";
     bool ok = false;
     const Segments s = segments_of(P, g->numel(), ok);
     if (!ok) return "optim_clip_v1: bad sizes";
-    const ClipFlavor f = P.get_string("semantics", "torch") == "megatron" ? ClipFlavor::megatron : ClipFlavor::torch;
+    const ClipFlavor f = P.get_string("semantics") == "megatron" ? ClipFlavor::megatron : ClipFlavor::torch;
     const StoreType t = g->dtype == DType::bf16 ? StoreType::bf16 : StoreType::f32;
-    return cuda_err("optim_clip_v1", clip_grad_norm(f, t, P.get_double("max_norm", 1.0), s, g->data, go->data, to->data,
+    return cuda_err("optim_clip_v1", clip_grad_norm(f, t, P.get_double("max_norm"), s, g->data, go->data, to->data,
                                                     static_cast<cudaStream_t>(ctx.stream)));
   };
   return d;
@@ -410,10 +409,10 @@ KernelDef make_scaler() {
   d.op = "optim";
   d.name = "optim_scaler_v1";
   d.description = "dynamic loss scaling: torch GradScaler (_amp_update_scale_, unscale_) and Megatron DynamicGradScaler (hysteresis)";
-  d.can_implement = [](const Golden& g) -> Support {
-    const CaseParams P = params_of(g);
-    if (P.get_string("optimizer", "") != "scaler") return no("optim_scaler_v1 runs optimizer = scaler");
-    const std::string sem = P.get_string("semantics", "torch");
+  d.can_implement = [](const KernelCase& g) -> Support {
+    const CaseFields& P = params_of(g);
+    if (P.get_string("optimizer") != "scaler") return no("optim_scaler_v1 runs optimizer = scaler");
+    const std::string sem = P.get_string("semantics");
     if (sem != "torch" && sem != "megatron") return no("semantics: torch or megatron");
     if (auto s = need(g, {"found_inf", "found_inf_unscale"}, DType::i32); !s.ok) return s;
     if (auto s = need(g, {"g", "g_unscaled", "scale"}, DType::f32); !s.ok) return s;
@@ -424,23 +423,23 @@ KernelDef make_scaler() {
                                 "optim_scaler_v1");
         !s.ok)
       return s;
-    const int64_t S = g.input("found_inf")->size();
-    if (g.output("scale")->expected.size() != S || g.output("growth_tracker")->expected.size() != S)
+    const int64_t S = g.input("found_inf")->numel();
+    if (g.output("scale")->numel() != S || g.output("growth_tracker")->numel() != S)
       return no("scaler: scale / growth_tracker must have one value per step");
-    if (g.output("found_inf_unscale")->expected.size() != 1) return no("found_inf_unscale must hold one value");
+    if (g.output("found_inf_unscale")->numel() != 1) return no("found_inf_unscale must hold one value");
     return {};
   };
   d.launch = [](LaunchContext& ctx) -> std::string {
-    const CaseParams& P = ctx.params;
-    const bool meg = P.get_string("semantics", "torch") == "megatron";
+    const CaseFields& P = ctx.params;
+    const bool meg = P.get_string("semantics") == "megatron";
     ScalerConfig c;
     c.megatron = meg;
-    c.growth_factor = P.get_double("growth_factor", 2.0);
-    c.backoff_factor = P.get_double("backoff_factor", 0.5);
-    c.growth_interval = P.get_int("growth_interval", meg ? 1000 : 2000);
-    c.hysteresis = P.get_int("hysteresis", 2);
-    c.min_scale = P.get_double("min_scale", 1.0);
-    c.init_scale = P.get_double("init_scale", meg ? 4294967296.0 : 65536.0);
+    c.growth_factor = P.get_double("growth_factor");
+    c.backoff_factor = P.get_double("backoff_factor");
+    c.growth_interval = P.get_int("growth_interval");
+    c.hysteresis = P.get_int("hysteresis");
+    c.min_scale = P.get_double("min_scale");
+    c.init_scale = P.get_double("init_scale");
     const auto *fi = ctx.input("found_inf"), *g = ctx.input("g");
     const auto *so = ctx.output("scale"), *to = ctx.output("growth_tracker"), *ho = ctx.output("hysteresis_tracker");
     const auto *gu = ctx.output("g_unscaled"), *fo = ctx.output("found_inf_unscale");
@@ -466,9 +465,9 @@ KernelDef make_bf16_copy() {
   d.op = "optim";
   d.name = "optim_bf16_copy_v1";
   d.description = "fp32 master -> bf16 param: RNE, TE store_param_remainders (split, merge), torchao stochastic rounding";
-  d.can_implement = [](const Golden& g) -> Support {
-    const CaseParams P = params_of(g);
-    if (P.get_string("optimizer", "") != "bf16_copy") return no("optim_bf16_copy_v1 runs optimizer = bf16_copy");
+  d.can_implement = [](const KernelCase& g) -> Support {
+    const CaseFields& P = params_of(g);
+    if (P.get_string("optimizer") != "bf16_copy") return no("optim_bf16_copy_v1 runs optimizer = bf16_copy");
     if (auto s = need(g, {"master", "master_recovered"}, DType::f32); !s.ok) return s;
     if (auto s = need(g, {"rbits", "remainder"}, DType::i32); !s.ok) return s;
     if (auto s = need(g, {"p_bf16_rne", "p_bf16_te", "p_bf16_sr"}, DType::bf16); !s.ok) return s;
@@ -497,23 +496,23 @@ KernelDef make_adafactor() {
   d.op = "optim";
   d.name = "optim_adafactor_v1";
   d.description = "torch Adafactor, first step from a fresh state (factored or vector); one block, fixed-order reductions";
-  d.can_implement = [](const Golden& g) -> Support {
-    const CaseParams P = params_of(g);
-    if (P.get_string("optimizer", "") != "adafactor") return no("optim_adafactor_v1 runs optimizer = adafactor");
+  d.can_implement = [](const KernelCase& g) -> Support {
+    const CaseFields& P = params_of(g);
+    if (P.get_string("optimizer") != "adafactor") return no("optim_adafactor_v1 runs optimizer = adafactor");
     if (auto s = need(g, {"g", "p", "p_tol"}, DType::f32); !s.ok) return s;
     if (auto s = outputs_within(g, {"p_tol"}, "optim_adafactor_v1"); !s.ok) return s;
-    const int64_t M = P.get_int("M", 0), K = P.get_int("K", 0);
-    if (M <= 0 || K <= 0 || g.input("g")->size() != M * K || g.input("p")->size() != M * K)
+    const int64_t M = P.get_int("M"), K = P.get_int("K");
+    if (M <= 0 || K <= 0 || g.input("g")->numel() != M * K || g.input("p")->numel() != M * K)
       return no("adafactor: g, p must be [M, K]");
     return {};
   };
   d.launch = [](LaunchContext& ctx) -> std::string {
-    const CaseParams& P = ctx.params;
+    const CaseFields& P = ctx.params;
     AdafactorConfig c;
-    c.lr = P.get_double("lr", 1e-2);
-    c.weight_decay = P.get_double("weight_decay", 0.0);
-    const bool factored = P.get_double("factored", 1) != 0;
-    const int64_t M = P.get_int("M", 0), K = P.get_int("K", 0);
+    c.lr = P.get_double("lr");
+    c.weight_decay = P.get_double("weight_decay");
+    const bool factored = P.get_double("factored") != 0;
+    const int64_t M = P.get_int("M"), K = P.get_int("K");
     const auto *g = ctx.input("g"), *p = ctx.input("p"), *po = ctx.output("p_tol");
     if (!g || !p || !po) return "optim_adafactor_v1: missing tensors";
     return cuda_err("optim_adafactor_v1",
@@ -527,20 +526,20 @@ KernelDef make_adafactor() {
 // ---------------------------------------------------------------------------------------------
 // Muon
 // ---------------------------------------------------------------------------------------------
-bool muon_config(const CaseParams& P, MuonConfig& c, std::string& why) {
-  c.lr = P.get_double("lr", 0.02);
-  c.momentum = P.get_double("momentum", 0.95);
-  c.weight_decay = P.get_double("weight_decay", 0.0);
-  c.nesterov = P.get_double("nesterov", 1) != 0;
-  c.ns_steps = static_cast<int>(P.get_int("ns_steps", 5));
-  const std::string cs = P.get_string("coeffs", "simple");
-  const std::string mk = P.get_string("momentum_kind", "keller");
-  const std::string sc = P.get_string("scale", "shape_scaling");
+bool muon_config(const CaseFields& P, MuonConfig& c, std::string& why) {
+  c.lr = P.get_double("lr");
+  c.momentum = P.get_double("momentum");
+  c.weight_decay = P.get_double("weight_decay");
+  c.nesterov = P.get_double("nesterov") != 0;
+  c.ns_steps = static_cast<int>(P.get_int("ns_steps"));
+  const std::string cs = P.get_string("coeffs");
+  const std::string mk = P.get_string("momentum_kind");
+  const std::string sc = P.get_string("scale");
   c.coeffs = cs == "simple" ? 0 : cs == "quintic" ? 1 : cs == "deepseekv4" ? 2 : -1;
   c.momentum_kind = mk == "keller" ? 0 : mk == "moonlight" ? 1 : -1;
   c.scale = sc == "shape_scaling" ? 0 : sc == "spectral" ? 1 : sc == "unit_rms_norm" ? 2 : -1;
-  c.extra_scale = P.get_double("extra_scale", 1.0);
-  c.norm_eps = P.get_double("norm_eps", 1e-7);
+  c.extra_scale = P.get_double("extra_scale");
+  c.norm_eps = P.get_double("norm_eps");
   if (c.coeffs < 0) why = "coeffs '" + cs + "' unknown";
   else if (c.momentum_kind < 0) why = "momentum_kind '" + mk + "' unknown";
   else if (c.scale < 0) why = "scale '" + sc + "' unknown";
@@ -553,17 +552,17 @@ KernelDef make_muon() {
   d.op = "optim";
   d.name = "optim_muon_v1";
   d.description = "Muon: momentum, Newton-Schulz with cuBLAS bf16 GEMMs (fp32 accumulation, KJ op order), scale, update";
-  d.can_implement = [](const Golden& g) -> Support {
-    const CaseParams P = params_of(g);
-    if (P.get_string("optimizer", "") != "muon") return no("optim_muon_v1 runs optimizer = muon");
+  d.can_implement = [](const KernelCase& g) -> Support {
+    const CaseFields& P = params_of(g);
+    if (P.get_string("optimizer") != "muon") return no("optim_muon_v1 runs optimizer = muon");
     MuonConfig c;
     std::string why;
     if (!muon_config(P, c, why)) return no("muon: " + why);
     if (auto s = need(g, {"g", "p", "buf"}, DType::f32); !s.ok) return s;
     if (auto s = need_out(g, {"buf", "p_tol", "update_tol"}, DType::f32); !s.ok) return s;
     if (auto s = outputs_within(g, {"buf", "p_tol", "update_tol"}, "optim_muon_v1"); !s.ok) return s;
-    const int64_t M = P.get_int("M", 0), K = P.get_int("K", 0);
-    if (M <= 0 || K <= 0 || g.input("g")->size() != M * K) return no("muon: g, p, buf must be [M, K]");
+    const int64_t M = P.get_int("M"), K = P.get_int("K");
+    if (M <= 0 || K <= 0 || g.input("g")->numel() != M * K) return no("muon: g, p, buf must be [M, K]");
     if (M > (1 << 20) || K > (1 << 20)) return no("muon: dimensions above 2^20");
     return {};
   };
@@ -571,7 +570,7 @@ KernelDef make_muon() {
     MuonConfig c;
     std::string why;
     if (!muon_config(ctx.params, c, why)) return "optim_muon_v1: " + why;
-    const int64_t M = ctx.params.get_int("M", 0), K = ctx.params.get_int("K", 0);
+    const int64_t M = ctx.params.get_int("M"), K = ctx.params.get_int("K");
     const auto *g = ctx.input("g"), *p = ctx.input("p"), *b = ctx.input("buf");
     const auto *bo = ctx.output("buf"), *po = ctx.output("p_tol"), *uo = ctx.output("update_tol");
     if (!g || !p || !b || !bo || !po || !uo) return "optim_muon_v1: missing tensors";

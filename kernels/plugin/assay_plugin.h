@@ -1,11 +1,17 @@
-/* assay plugin C ABI, version 2: how an external kernel library (.so) registers kernels with
+/* assay plugin C ABI, version 3: how an external kernel library (.so) registers kernels with
  * `assay verify --plugin path.so`.
  *
  * The library exports one symbol:
  *     const assay_plugin* assay_plugin_entry(void);
  * returning a table that lives as long as the library is loaded. assay checks abi_version
- * (1 or 2) and struct_size (>= sizeof(assay_plugin)) before reading anything else, and refuses
- * the library with one line otherwise.
+ * (1, 2 or 3) and struct_size (>= sizeof(assay_plugin)) before reading anything else, and
+ * refuses the library with one line otherwise.
+ *
+ * Version 3 (this header) hands kernels the case's resolved fields: every field the op's fixture
+ * read, with its default applied where the case file left it out (what the golden's /case group
+ * holds). get_double / get_int answer from them (for every version: older libraries get the
+ * defaults too), and assay_case gains fields_toml, get_string and get_list. A kernel is never
+ * given expected values or bounds. Version 1 and 2 libraries still load.
  *
  * Version 2 (this header) adds assay_kernel.precision_profile: how the kernel computes, which
  * selects the tolerance entries it is judged by ("strict" or NULL: rounding to the storage dtypes
@@ -26,8 +32,8 @@
  * one byte, fp4 e2m1 one code per byte, ...); outputs must be written as codes of the output's
  * dtype (the golden's kernel-facing dtype). dtype names are assay's canonical ones: "fp64",
  * "fp32", "bf16", "fp16", "fp8e4m3", "fp8e5m2", "fp4e2m1", "ue8m0", "int8", "uint8", "int32", ...
- * Case scalars (alpha, eps, chunk sizes ...) are read with get_double / get_int from the case's
- * TOML fields.
+ * Case fields (alpha, eps, chunk sizes, recipe names, seqlens ...) are read with get_double /
+ * get_int / get_string / get_list, or parsed from fields_toml.
  */
 #ifndef ASSAY_PLUGIN_H
 #define ASSAY_PLUGIN_H
@@ -39,7 +45,7 @@
 extern "C" {
 #endif
 
-#define ASSAY_PLUGIN_ABI_VERSION 2u
+#define ASSAY_PLUGIN_ABI_VERSION 3u
 
 /* kernel flags */
 #define ASSAY_KERNEL_NONDETERMINISTIC 1u /* outputs may differ bitwise between runs (atomics, split-K) */
@@ -63,10 +69,17 @@ typedef struct assay_case {
   const assay_tensor* inputs;  /* sorted by name */
   int32_t n_outputs;
   const assay_tensor* outputs; /* sorted by name */
-  /* Case scalars: return 1 and set *out if the case has a numeric field `key`, else 0. */
+  /* Case numbers: return 1 and set *out if the case has field `key` and it is a number (get_int:
+   * an integer; bools read as 0 / 1), else 0. */
   int (*get_double)(const struct assay_case* c, const char* key, double* out);
   int (*get_int)(const struct assay_case* c, const char* key, int64_t* out);
   void* host; /* assay's private data; do not touch */
+  /* Version 3 (read these only from a library that declares abi_version 3): */
+  const char* fields_toml; /* every resolved field, one "key = value" TOML line each, sorted */
+  /* A string field: 1 and *out (valid until the next call on this case), else 0. */
+  int (*get_string)(const struct assay_case* c, const char* key, const char** out);
+  /* An array of numbers (or one number): 1, *values (valid until the next call) and *n, else 0. */
+  int (*get_list)(const struct assay_case* c, const char* key, const double** values, int64_t* n);
 } assay_case;
 
 typedef struct assay_kernel {
@@ -76,7 +89,7 @@ typedef struct assay_kernel {
   uint32_t flags;    /* ASSAY_KERNEL_* */
   int (*can_implement)(const assay_case* c, char* reason, size_t reason_len);
   int (*launch)(const assay_case* c, void* stream, char* err, size_t err_len);
-  const char* precision_profile; /* v2: NULL or "strict", or a profile of the op (see above) */
+  const char* precision_profile; /* v2, v3: NULL or "strict", or a profile of the op (see above) */
 } assay_kernel;
 
 typedef struct assay_plugin {

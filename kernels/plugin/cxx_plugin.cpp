@@ -46,28 +46,19 @@ std::vector<std::string> axes_of(const assay_tensor& t) {
 
 Shape shape_of(const assay_tensor& t) { return Shape(t.shape, t.shape + t.rank); }
 
-Golden golden_of(const assay_case* c) {
-  Golden g;
-  g.prov.op = cs(c->op);
-  g.prov.case_name = cs(c->case_name);
-  g.prov.case_toml = cs(c->case_toml);
-  for (int32_t i = 0; i < c->n_inputs; ++i) {
-    Tensor t;
-    t.name = cs(c->inputs[i].name);
-    t.axes = axes_of(c->inputs[i]);
-    t.shape = shape_of(c->inputs[i]);
-    t.dtype = dtype_of(c->inputs[i]);
-    g.inputs.push_back(std::move(t));
-  }
-  for (int32_t i = 0; i < c->n_outputs; ++i) {
-    Output o;
-    o.expected.name = cs(c->outputs[i].name);
-    o.expected.axes = axes_of(c->outputs[i]);
-    o.expected.shape = shape_of(c->outputs[i]);
-    o.expected.dtype = dtype_of(c->outputs[i]);
-    g.outputs.push_back(std::move(o));
-  }
-  return g;
+TensorSpec spec_of(const assay_tensor& t) { return TensorSpec{cs(t.name), axes_of(t), shape_of(t), dtype_of(t)}; }
+
+// The KernelCase assay built, rebuilt from its C view (this library declares ABI version 3, so
+// the host filled fields_toml).
+KernelCase kcase_of(const assay_case* c) {
+  KernelCase kc;
+  kc.op = cs(c->op);
+  kc.case_name = cs(c->case_name);
+  kc.case_toml = cs(c->case_toml);
+  kc.fields = CaseFields::parse(cs(c->fields_toml));
+  for (int32_t i = 0; i < c->n_inputs; ++i) kc.inputs.push_back(spec_of(c->inputs[i]));
+  for (int32_t i = 0; i < c->n_outputs; ++i) kc.outputs.push_back(spec_of(c->outputs[i]));
+  return kc;
 }
 
 DevTensor dev_of(const assay_tensor& t) {
@@ -85,7 +76,7 @@ int can_impl(const assay_case* c, char* reason, size_t n) {
   try {
     const auto& d = table().defs.at(I);
     if (!d.can_implement) return 1;
-    const Support s = d.can_implement(golden_of(c));
+    const Support s = d.can_implement(kcase_of(c));
     if (!s.ok) put(reason, n, s.reason);
     return s.ok ? 1 : 0;
   } catch (const std::exception& e) {
@@ -98,8 +89,10 @@ template <int I>
 int launch(const assay_case* c, void* stream, char* err, size_t n) {
   try {
     const auto& d = table().defs.at(I);
+    const KernelCase kc = kcase_of(c);
     LaunchContext ctx;
-    ctx.params = CaseParams::parse(cs(c->case_toml));
+    ctx.kcase = &kc;
+    ctx.params = kc.fields;
     for (int32_t i = 0; i < c->n_inputs; ++i) ctx.inputs.push_back(dev_of(c->inputs[i]));
     for (int32_t i = 0; i < c->n_outputs; ++i) ctx.outputs.push_back(dev_of(c->outputs[i]));
     ctx.stream = stream;

@@ -8,12 +8,10 @@
 //     return p;
 //   }
 //
-// The adapter rebuilds, from the C view assay hands the plugin, what a KernelDef expects:
-// can_implement gets a Golden with provenance (op, case name, case TOML) and every tensor's name,
-// axes, shape and dtype, but NO values (the parent's C view carries none); launch gets a
-// LaunchContext with device pointers, CaseParams parsed from the case TOML and golden == nullptr.
-// A KernelDef used through this adapter must therefore decide from shapes, dtypes and case fields
-// alone, as the C ABI requires of every plugin. At most kMaxCxxPluginKernels kernels per plugin.
+// The adapter rebuilds, from the C view assay hands the plugin, what a KernelDef expects: the
+// KernelCase (op, case name, resolved case fields, every tensor's name, axes, shape and dtype)
+// for can_implement, and a LaunchContext with device pointers for launch. At most
+// kMaxCxxPluginKernels kernels per plugin.
 #pragma once
 #include <vector>
 

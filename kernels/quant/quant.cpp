@@ -31,21 +31,21 @@ using namespace assay::kernels::quant;
 Support no(std::string why) { return {false, std::move(why)}; }
 
 // Every output of the golden must be one this kernel writes.
-Support outputs_known(const Golden& g, const std::set<std::string>& known, const std::string& kernel) {
+Support outputs_known(const KernelCase& g, const std::set<std::string>& known, const std::string& kernel) {
   for (const auto& o : g.outputs)
-    if (!known.count(o.expected.name)) return no(kernel + ": does not produce output '" + o.expected.name + "'");
+    if (!known.count(o.name)) return no(kernel + ": does not produce output '" + o.name + "'");
   return {};
 }
 
-Support need_output(const Golden& g, const std::string& n, DType dt) {
-  const Output* o = g.output(n);
+Support need_output(const KernelCase& g, const std::string& n, DType dt) {
+  const TensorSpec* o = g.output(n);
   if (!o) return no("the case lacks output '" + n + "'");
-  if (o->expected.dtype != dt) return no("output '" + n + "' has dtype " + std::string(name(o->expected.dtype)));
+  if (o->dtype != dt) return no("output '" + n + "' has dtype " + std::string(name(o->dtype)));
   return {};
 }
 
-Support x_bf16(const Golden& g) {
-  const Tensor* x = g.input("x");
+Support x_bf16(const KernelCase& g) {
+  const TensorSpec* x = g.input("x");
   if (!x || x->shape.size() != 2) return no("the case lacks a 2-D input x");
   if (x->dtype != DType::bf16) return no("input x must be bf16 (got " + std::string(name(x->dtype)) + ")");
   return {};
@@ -75,8 +75,8 @@ KernelDef make_nvfp4(bool recipes) {
                           : "NVFP4 (TE arithmetic) 1x16 / 16x16 quantize, rowwise + columnwise from one 64x64 smem "
                             "tile, deterministic integer-max amax, TE dequantize";
   d.deterministic = true;
-  d.can_implement = [recipes](const Golden& g) -> Support {
-    const auto p = CaseParams::parse(g.prov.case_toml);
+  d.can_implement = [recipes](const KernelCase& g) -> Support {
+    const auto p = g.fields;
     const std::string recipe = p.get_string("recipe", "nvfp4");
     const std::string self = recipes ? "quant_nvfp4_recipes_v1" : "quant_nvfp4_v1";
     if (recipe != "nvfp4") return no("recipe '" + recipe + "' is not NVFP4");
@@ -100,8 +100,8 @@ KernelDef make_nvfp4(bool recipes) {
         known.insert(nm);
       }
       if (sr) {
-        const Tensor* rb = g.input("rbits" + dir);
-        if (!rb || rb->dtype != DType::u8 || rb->size() != xs[0] * xs[1])
+        const TensorSpec* rb = g.input("rbits" + dir);
+        if (!rb || rb->dtype != DType::u8 || rb->numel() != xs[0] * xs[1])
           return no("SR needs the u8 input rbits" + dir + " with one byte per element");
       }
     }
@@ -161,8 +161,8 @@ KernelDef make_mx_v1() {
       "MXFP8 (E4M3/E5M2) / MXFP4 quantize with UE8M0 floor or RCEIL scales, rowwise 1x32 + columnwise 32x1 "
       "from one 64x64 smem tile; exact dequantize";
   d.deterministic = true;
-  d.can_implement = [](const Golden& g) -> Support {
-    const auto p = CaseParams::parse(g.prov.case_toml);
+  d.can_implement = [](const KernelCase& g) -> Support {
+    const auto p = g.fields;
     const std::string recipe = p.get_string("recipe", "nvfp4");
     if (recipe != "mx") return no("recipe '" + recipe + "' is not MX");
     const std::string el = p.get_string("elem", "e4m3"), rule = p.get_string("rule", "floor");
@@ -217,7 +217,7 @@ int fp8_gran(const std::string& s) {
 }
 
 // The FP8 quantization settings of a case (recipe "fp8" or "fake_quant"), as quant_fp8_v1 reads them.
-Fp8Args fp8_args(const CaseParams& p, const DevTensor* x) {
+Fp8Args fp8_args(const CaseFields& p, const DevTensor* x) {
   Fp8Args a;
   a.x = static_cast<const uint16_t*>(x->data);
   a.M = x->shape[0];
@@ -244,8 +244,8 @@ KernelDef make_fp8(int version) {
                                : "FP8 DeepSeek 1x128 (warp per group) and 128x128 (CTA per group, registers) casts, "
                                  "x read once with 8-byte lanes, N % 4 == 0; the same bits as v1";
   d.deterministic = true;
-  d.can_implement = [version](const Golden& g) -> Support {
-    const auto p = CaseParams::parse(g.prov.case_toml);
+  d.can_implement = [version](const KernelCase& g) -> Support {
+    const auto p = g.fields;
     const std::string recipe = p.get_string("recipe", "nvfp4");
     if (recipe != "fp8") return no("recipe '" + recipe + "' is not FP8 scaling (fake_quant and gemm are outside this kernel)");
     const std::string el = p.get_string("elem", "e4m3"), ov = p.get_string("overflow", "sat");
@@ -293,8 +293,8 @@ KernelDef make_fake_quant_v1() {
   d.description = "FP8 QAT fake-quant per tensor / per channel: quant_fp8_v1 into scratch, then y = fl(decode(q) * "
                   "scale_inv) and the (clipped) straight-through gradient";
   d.deterministic = true;
-  d.can_implement = [](const Golden& g) -> Support {
-    const auto p = CaseParams::parse(g.prov.case_toml);
+  d.can_implement = [](const KernelCase& g) -> Support {
+    const auto p = g.fields;
     const std::string recipe = p.get_string("recipe", "nvfp4");
     if (recipe != "fake_quant") return no("recipe '" + recipe + "' is not fake_quant");
     const std::string el = p.get_string("elem", "e4m3"), gr = p.get_string("gran", "tensor");
@@ -304,8 +304,8 @@ KernelDef make_fake_quant_v1() {
     if (ov != "sat" && ov != "nonsat") return no("FP8 overflow '" + ov + "' not supported");
     if (sc != "te" && sc != "deepgemm") return no("FP8 scale recipe '" + sc + "' is outside this kernel");
     if (auto s = x_bf16(g); !s.ok) return s;
-    const Tensor* dy = g.input("dy");
-    if (!dy || dy->dtype != DType::f32 || dy->size() != g.input("x")->size()) return no("the case lacks dy [M, N] f32");
+    const TensorSpec* dy = g.input("dy");
+    if (!dy || dy->dtype != DType::f32 || dy->numel() != g.input("x")->numel()) return no("the case lacks dy [M, N] f32");
     if (g.input("x")->shape[0] > 65535 && gr == "channel") return no("too many rows for the grid (<= 65535)");
     for (const char* n : {"y", "dx"})
       if (auto s = need_output(g, n, DType::f32); !s.ok) return s;
@@ -337,12 +337,12 @@ KernelDef make_gemm_v1() {
   d.description = "block-scaled GEMM (NVFP4, MXFP8/MXFP4, DeepSeek FP8 1x128 x 128x128), one thread per output, "
                   "fp32 FMA accumulation, fp32 or bf16 output";
   d.deterministic = true;
-  d.can_implement = [](const Golden& g) -> Support {
-    const auto p = CaseParams::parse(g.prov.case_toml);
+  d.can_implement = [](const KernelCase& g) -> Support {
+    const auto p = g.fields;
     const std::string recipe = p.get_string("recipe", "nvfp4");
     if (recipe != "gemm") return no("recipe '" + recipe + "' is not the block-scaled gemm");
     const std::string ops = p.get_string("operands", "nvfp4");
-    const Tensor *a = g.input("a"), *b = g.input("b"), *sa = g.input("sa"), *sb = g.input("sb");
+    const TensorSpec *a = g.input("a"), *b = g.input("b"), *sa = g.input("sa"), *sb = g.input("sb");
     if (!a || !b || !sa || !sb || a->shape.size() != 2 || b->shape.size() != 2 || sa->shape.size() != 2 ||
         sb->shape.size() != 2)
       return no("the case lacks 2-D inputs a, b, sa, sb");
@@ -354,12 +354,12 @@ KernelDef make_gemm_v1() {
     const bool blk = ops == "deepseek";
     if (sb->shape != (blk ? Shape{(N + 127) / 128, kb} : Shape{N, kb})) return no("sb has the wrong shape for the operands");
     if (ops == "nvfp4") {
-      const Tensor* al = g.input("alpha");
-      if (!al || al->dtype != DType::f32 || al->size() != 1) return no("NVFP4 needs the input alpha [1] f32");
+      const TensorSpec* al = g.input("alpha");
+      if (!al || al->dtype != DType::f32 || al->numel() != 1) return no("NVFP4 needs the input alpha [1] f32");
     }
-    const Output* o = g.output("d");
-    if (!o || (o->expected.dtype != DType::f32 && o->expected.dtype != DType::bf16)) return no("output d must be f32 or bf16");
-    if (o->expected.shape != Shape{M, N}) return no("output d must be [M, N]");
+    const TensorSpec* o = g.output("d");
+    if (!o || (o->dtype != DType::f32 && o->dtype != DType::bf16)) return no("output d must be f32 or bf16");
+    if (o->shape != Shape{M, N}) return no("output d must be [M, N]");
     return outputs_known(g, {"d"}, "quant_gemm_v1");
   };
   d.launch = [](LaunchContext& c) -> std::string {
@@ -397,16 +397,16 @@ KernelDef make_swizzle_v1() {
   d.name = "quant_swizzle_v1";
   d.description = "128x4 scale-factor swizzle (cuBLAS / TE gemm_swizzled_scale_idx layout), zero padding";
   d.deterministic = true;
-  d.can_implement = [](const Golden& g) -> Support {
-    const auto p = CaseParams::parse(g.prov.case_toml);
+  d.can_implement = [](const KernelCase& g) -> Support {
+    const auto p = g.fields;
     const std::string recipe = p.get_string("recipe", "nvfp4");
     if (recipe != "swizzle") return no("recipe '" + recipe + "' is not the standalone swizzle");
-    const Tensor* sf = g.input("sf");
+    const TensorSpec* sf = g.input("sf");
     if (!sf || sf->shape.size() != 2 || sf->dtype != DType::u8) return no("the case lacks a 2-D u8 input sf");
     if (auto s = need_output(g, "sf_swizzled", DType::u8); !s.ok) return s;
-    const Output* o = g.output("sf_swizzled");
+    const TensorSpec* o = g.output("sf_swizzled");
     const int64_t want = (sf->shape[0] + 127) / 128 * 128 * ((sf->shape[1] + 3) / 4 * 4);
-    if (o->expected.shape.size() != 1 || o->expected.shape[0] != want) return no("sf_swizzled has an unexpected size");
+    if (o->shape.size() != 1 || o->shape[0] != want) return no("sf_swizzled has an unexpected size");
     return outputs_known(g, {"sf_swizzled"}, "quant_swizzle_v1");
   };
   d.launch = [](LaunchContext& c) -> std::string {

@@ -14,7 +14,7 @@ KernelDef make_scaled_add_v1() {
   d.name = "scaled_add_v1";
   d.description = "one thread per element, fp32 fmaf(alpha, x, beta*y), RNE to bf16";
   d.deterministic = true;
-  d.can_implement = [](const Golden& g) { return require_dtypes(g, {"x", "y", "out"}, {DType::bf16}); };
+  d.can_implement = [](const KernelCase& g) { return require_dtypes(g, {"x", "y", "out"}, {DType::bf16}); };
   d.launch = [](LaunchContext& c) -> std::string {
     const auto *x = c.input("x"), *y = c.input("y"), *out = c.output("out");
     if (!x || !y || !out) return "scaled_add_v1: the case lacks x, y or out";

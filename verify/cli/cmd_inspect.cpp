@@ -2,6 +2,8 @@
 #include <iostream>
 #include <memory>
 
+#include <variant>
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -34,6 +36,9 @@ nlohmann::json to_json(const std::string& path, const Golden& g) {
                             {"axes", o.expected.axes}, {"bound", o.bound.has_value()},
                             {"rounded", o.rounded.has_value()}, {"allow_nonfinite", o.allow_nonfinite}});
   for (const auto& t : g.intermediates) j["intermediates"].push_back({{"name", t.name}, {"shape", t.shape}, {"axes", t.axes}});
+  j["case_fields"] = nlohmann::json::object();
+  for (const auto& [k, v] : g.case_fields.all())
+    std::visit([&, k = k](const auto& x) { j["case_fields"][k] = x; }, v);
   for (const auto& a : g.agreement)
     j["agreement"].push_back({{"tensor", a.tensor}, {"forms", a.form_a + " vs " + a.form_b}, {"max_rel", a.max_rel}});
   return j;
@@ -57,6 +62,12 @@ void print(const std::string& path, const Golden& g) {
   if (!g.intermediates.empty()) {
     fmt::print("  intermediates:\n");
     for (const auto& t : g.intermediates) fmt::print("    {:<14} {:<22} {}\n", t.name, shape_str(t.shape), axes_str(t.axes));
+  }
+  fmt::print("  case fields (resolved, what kernels see):\n");
+  const auto fields = g.case_fields.str();
+  for (size_t s = 0, e; s < fields.size(); s = e + 1) {
+    e = fields.find('\n', s);
+    fmt::print("    {}\n", fields.substr(s, e - s));
   }
   fmt::print("  oracle agreement:\n");
   for (const auto& a : g.agreement) fmt::print("    {:<14} {} vs {}: {:.3e}\n", a.tensor, a.form_a, a.form_b, a.max_rel);

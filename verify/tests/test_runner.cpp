@@ -8,12 +8,16 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <type_traits>
+
+#include <toml++/toml.h>
 
 #include "catch_compat.h"
 #include "kernels/registry.h"
 #include "reference/core/check.h"
 #include "verify/report.h"
 #include "verify/tests/cli_helpers.h"
+#include "verify/kernel_case.h"
 #include "verify/runner.h"
 #include "verify/sanitize.h"
 #include "verify/worker.h"
@@ -203,21 +207,76 @@ TEST_CASE("sharding splits the work into disjoint, complete, stable parts", "[cp
   CHECK_THROWS_AS(Shard::parse("2/4x"), assay::InputError);
 }
 
-TEST_CASE("case parameters come from the golden's case text", "[cpu][L0]") {
-  const auto p = kernels::CaseParams::parse("[[case]]\nname = \"x\"\nalpha = 0.5\nbeta = -2\ncausal = true\nB = 3\n");
-  CHECK(p.get_double("alpha", 0) == 0.5);
-  CHECK(p.get_double("beta", 0) == -2.0);
-  CHECK(p.get_int("B", 0) == 3);
-  CHECK(p.get_int("causal", 0) == 1);
-  CHECK_FALSE(p.has("name"));
-  CHECK(p.get_double("missing", 7.0) == 7.0);
-  CHECK(p.get_string("name", "") == "x");
-  CHECK(p.get_string("recipe", "none") == "none");
-  const auto q = kernels::CaseParams::parse("[[case]]\nwindow = [8, -1]\nnames = [\"a\"]\n");
-  CHECK(q.get_list("window") == std::vector<double>{8.0, -1.0});
-  CHECK_FALSE(q.has_list("names"));  // only arrays of numbers
-  CHECK(q.get_list("absent").empty());
-  CHECK_THROWS_AS(kernels::CaseParams::parse("[[case]\n"), assay::InputError);
+// A kernel's view of a case has no way to the answer: neither KernelCase nor LaunchContext holds a
+// Golden, an Output, expected values, bounds or rounded codes (checked at compile time).
+template <class T>
+concept HasGolden = requires(const T& x) { x.golden; };
+template <class T>
+concept HasExpected = requires(const T& x) { x.expected; };
+template <class T>
+concept HasBound = requires(const T& x) { x.bound; };
+template <class T>
+concept HasRounded = requires(const T& x) { x.rounded; };
+static_assert(!HasGolden<kernels::KernelCase> && !HasGolden<kernels::LaunchContext>);
+static_assert(!HasExpected<kernels::TensorSpec> && !HasExpected<kernels::DevTensor>);
+static_assert(!HasBound<kernels::TensorSpec> && !HasRounded<kernels::TensorSpec>);
+static_assert(std::is_invocable_v<decltype(kernels::KernelDef::can_implement), const kernels::KernelCase&>);
+static_assert(!std::is_invocable_v<decltype(kernels::KernelDef::can_implement), const Golden&>);
+
+TEST_CASE("kernels see the resolved case fields and tensor metadata, nothing of the answer", "[cpu][L0]") {
+  // Every committed golden: the KernelCase carries its /case fields and every tensor's metadata.
+  int with_defaults = 0, n = 0;
+  for (const auto& de : fs::recursive_directory_iterator(fs::path(ASSAY_SOURCE_DIR) / "golden")) {
+    if (de.path().extension() != ".h5") continue;
+    const auto g = read_golden(de.path().string());
+    const auto kc = kernel_case_of(g);
+    ++n;
+    CHECK(kc.fields.all() == g.case_fields.all());
+    REQUIRE(kc.outputs.size() == g.outputs.size());
+    for (const auto& o : g.outputs) {
+      const auto* t = kc.output(o.expected.name);
+      REQUIRE(t);
+      CHECK(t->shape == o.expected.shape);
+      CHECK(t->dtype == o.expected.dtype);
+    }
+    // Every top-level field of the case text that is a plain value is resolved ...
+    const auto doc = toml::parse(g.prov.case_toml);
+    const auto& c = *doc["case"].as_array()->get(0)->as_table();
+    for (const auto& [k, v] : c) {
+      const std::string key(k.str());
+      if (key == "name" || key == "level" || key == "seed" || key == "description" || v.is_table()) continue;
+      INFO(de.path().string() << ": field " << key);
+      CHECK(kc.fields.has(key));
+    }
+    // ... and fields the text leaves out appear with the binding's default.
+    with_defaults += kc.fields.all().size() > c.size();
+  }
+  CHECK(n == 156);
+  CHECK(with_defaults > 0);
+}
+
+TEST_CASE("case fields round-trip through their TOML text (the plugin ABI's fields_toml)", "[cpu][L0]") {
+  CaseFields f;
+  f.set("B", int64_t{3});
+  f.set("alpha", 1.0);  // integral double: must read back as a double
+  f.set("eps", 1e-8);
+  f.set("causal", true);
+  f.set("recipe", std::string("a \"quoted\" \\ name"));
+  f.set("seqlens_k", std::vector<int64_t>{70, 9, 0});
+  f.set("window", std::vector<double>{8.5, -1.0});
+  f.set("none", std::vector<int64_t>{});
+  const auto r = CaseFields::parse(f.str());
+  CHECK(r.all() == f.all());
+  CHECK(r.get_int("causal") == 1);
+  CHECK(r.get_double("B") == 3.0);
+  CHECK(r.get_int("alpha") == 1);
+  CHECK_THROWS_AS(r.get_int("eps"), InputError);
+  CHECK_THROWS_AS(r.get_double("missing"), InputError);
+  CHECK(r.get_double("missing", 7.0) == 7.0);
+  CHECK(r.get_list("seqlens_k") == std::vector<double>{70, 9, 0});
+  CHECK(r.get_list("B") == std::vector<double>{3});
+  CHECK_FALSE(r.has_list("recipe"));
+  CHECK_THROWS_AS(CaseFields::parse("x = [\"a\"]"), InputError);
 }
 
 TEST_CASE("the plugin loader refuses bad libraries with one line", "[cpu][L0]") {
