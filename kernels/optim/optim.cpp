@@ -404,6 +404,21 @@ KernelDef make_clip() {
 // ---------------------------------------------------------------------------------------------
 // Loss scaler
 // ---------------------------------------------------------------------------------------------
+// Hysteresis and min_scale exist in Megatron's scaler only (the fixture reads them there only).
+ScalerConfig scaler_config(const CaseFields& P) {
+  ScalerConfig c;
+  c.megatron = P.get_string("semantics") == "megatron";
+  c.growth_factor = P.get_double("growth_factor");
+  c.backoff_factor = P.get_double("backoff_factor");
+  c.growth_interval = P.get_int("growth_interval");
+  if (c.megatron) {
+    c.hysteresis = P.get_int("hysteresis");
+    c.min_scale = P.get_double("min_scale");
+  }
+  c.init_scale = P.get_double("init_scale");
+  return c;
+}
+
 KernelDef make_scaler() {
   KernelDef d;
   d.op = "optim";
@@ -427,19 +442,11 @@ KernelDef make_scaler() {
     if (g.output("scale")->numel() != S || g.output("growth_tracker")->numel() != S)
       return no("scaler: scale / growth_tracker must have one value per step");
     if (g.output("found_inf_unscale")->numel() != 1) return no("found_inf_unscale must hold one value");
+    (void)scaler_config(P);  // every field the launch reads is there
     return {};
   };
   d.launch = [](LaunchContext& ctx) -> std::string {
-    const CaseFields& P = ctx.params;
-    const bool meg = P.get_string("semantics") == "megatron";
-    ScalerConfig c;
-    c.megatron = meg;
-    c.growth_factor = P.get_double("growth_factor");
-    c.backoff_factor = P.get_double("backoff_factor");
-    c.growth_interval = P.get_int("growth_interval");
-    c.hysteresis = P.get_int("hysteresis");
-    c.min_scale = P.get_double("min_scale");
-    c.init_scale = P.get_double("init_scale");
+    const ScalerConfig c = scaler_config(ctx.params);
     const auto *fi = ctx.input("found_inf"), *g = ctx.input("g");
     const auto *so = ctx.output("scale"), *to = ctx.output("growth_tracker"), *ho = ctx.output("hysteresis_tracker");
     const auto *gu = ctx.output("g_unscaled"), *fo = ctx.output("found_inf_unscale");
