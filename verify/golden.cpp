@@ -91,8 +91,14 @@ std::map<std::string, std::string> golden_hashes(const Golden& g) {
       x.str(group).str(e.name).str(shape_str(e.shape));
       return x;
     };
-    m["/expected/" + e.name] =
-        head("expected").str(name(e.dtype)).str(join_axes(e.axes)).str(o.allow_nonfinite ? "1" : "0").vec(e.data).hex();
+    const auto sf = g.single_form.find(e.name);
+    m["/expected/" + e.name] = head("expected")
+                                   .str(name(e.dtype))
+                                   .str(join_axes(e.axes))
+                                   .str(o.allow_nonfinite ? "1" : "0")
+                                   .str(sf == g.single_form.end() ? "" : sf->second)
+                                   .vec(e.data)
+                                   .hex();
     if (o.rounded) m["/rounded/" + e.name] = head("rounded").str(name(e.dtype)).vec(*o.rounded).hex();
     if (o.bound) m["/bounds/" + e.name] = head("bounds").vec(*o.bound).hex();
     if (o.allowed_mask) m["/allowed_mask/" + e.name] = head("allowed_mask").vec(*o.allowed_mask).hex();
@@ -182,6 +188,7 @@ void write_golden(const std::string& path, const Golden& g) {
       f.set_attr(ds, "dtype", std::string(name(e.dtype)));
       f.set_attr(ds, "axes", join_axes(e.axes));
       f.set_attr(ds, "allow_nonfinite", static_cast<int64_t>(o.allow_nonfinite));
+      if (const auto sf = g.single_form.find(e.name); sf != g.single_form.end()) f.set_attr(ds, "single_form_reason", sf->second);
       if (o.rounded) {
         write_codes(f, "/rounded/" + e.name, e.dtype, e.shape, *o.rounded);
         f.set_attr("/rounded/" + e.name, "dtype", std::string(name(e.dtype)));
@@ -310,6 +317,7 @@ Golden read_golden(const std::string& path) {
       throw InputError(fmt::format("{}: {}: {} axes for a rank-{} dataset", path, ds, e.axes.size(), e.shape.size()));
     e.data = f.read_f64(ds);
     o.allow_nonfinite = f.has_attr(ds, "allow_nonfinite") && f.attr_int(ds, "allow_nonfinite") != 0;
+    if (f.has_attr(ds, "single_form_reason")) g.single_form[n] = f.attr_str(ds, "single_form_reason");
     if (f.exists("/rounded/" + n)) {
       const std::string rd = "/rounded/" + n;
       if (f.info(rd).shape != e.shape) throw InputError(fmt::format("{}: {}: shape differs from {}", path, rd, ds));
@@ -352,6 +360,7 @@ namespace assay {
 std::vector<std::string> golden_diff(const Golden& fresh, const Golden& stored, double rel) {
   std::vector<std::string> d;
   if (fresh.prov.case_toml != stored.prov.case_toml) d.push_back("case text differs");
+  if (fresh.single_form != stored.single_form) d.push_back("single_form reasons differ");
   if (fresh.case_fields.all() != stored.case_fields.all())
     d.push_back(fmt::format("/case fields differ:\n  have {}\n  want {}", stored.case_fields.str(), fresh.case_fields.str()));
   if (fresh.inputs.size() != stored.inputs.size()) d.push_back("different number of inputs");

@@ -26,6 +26,8 @@ struct Golden {
   std::vector<Output> outputs;
   std::vector<Tensor> intermediates;
   std::vector<FormAgreement> agreement;
+  // Outputs with one oracle form only, and why (OracleResult::single_form).
+  std::map<std::string, std::string> single_form;
   // The resolved case fields (reference/core/case_fields.h): what a kernel may read of the case.
   CaseFields case_fields;
   // As recorded in the file by read_golden (empty when absent); write_golden ignores them and

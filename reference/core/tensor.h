@@ -6,6 +6,7 @@
 // Layout is dense row-major over `shape`.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -64,6 +65,10 @@ struct OracleResult {
   std::vector<Output> outputs;
   std::vector<Tensor> intermediates;  // chunk states, split partials, trajectories (fp64)
   std::vector<FormAgreement> agreement;
+  // Every output needs an agreement entry of its own (tensor == its name), or a reason here why it
+  // has only one form (recorded in the golden, shown by `assay inspect`); `assay gen` refuses
+  // an output with neither.
+  std::map<std::string, std::string> single_form;
 };
 
 // Relative agreement of two fp64 arrays, the one metric used for "the two forms agree to 1e-12"

@@ -93,6 +93,7 @@ Golden pack(const gen::Case& c, gen::Generated&& g) {
   gd.outputs = std::move(g.result.outputs);
   gd.intermediates = std::move(g.result.intermediates);
   gd.agreement = std::move(g.result.agreement);
+  gd.single_form = std::move(g.result.single_form);
   gd.case_fields = c.resolved();
   return gd;
 }

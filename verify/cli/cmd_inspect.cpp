@@ -34,7 +34,8 @@ nlohmann::json to_json(const std::string& path, const Golden& g) {
   for (const auto& o : g.outputs)
     j["outputs"].push_back({{"name", o.expected.name}, {"dtype", name(o.expected.dtype)}, {"shape", o.expected.shape},
                             {"axes", o.expected.axes}, {"bound", o.bound.has_value()},
-                            {"rounded", o.rounded.has_value()}, {"allow_nonfinite", o.allow_nonfinite}});
+                            {"rounded", o.rounded.has_value()}, {"allow_nonfinite", o.allow_nonfinite},
+                            {"single_form_reason", g.single_form.count(o.expected.name) ? g.single_form.at(o.expected.name) : ""}});
   for (const auto& t : g.intermediates) j["intermediates"].push_back({{"name", t.name}, {"shape", t.shape}, {"axes", t.axes}});
   j["case_fields"] = nlohmann::json::object();
   for (const auto& [k, v] : g.case_fields.all())
@@ -59,6 +60,7 @@ void print(const std::string& path, const Golden& g) {
   for (const auto& o : g.outputs)
     fmt::print("    {:<14} {:<8} {:<22} {:<14}{}{}\n", o.expected.name, name(o.expected.dtype), shape_str(o.expected.shape),
                axes_str(o.expected.axes), o.bound ? " +bound" : "", o.rounded ? " +rounded" : "");
+  for (const auto& [n, why] : g.single_form) fmt::print("    {}: one oracle form only: {}\n", n, why);
   if (!g.intermediates.empty()) {
     fmt::print("  intermediates:\n");
     for (const auto& t : g.intermediates) fmt::print("    {:<14} {:<22} {}\n", t.name, shape_str(t.shape), axes_str(t.axes));
