@@ -223,6 +223,255 @@ __device__ __forceinline__ void load_kv_tile(uint16_t* dK, uint16_t* dV, const u
   }
 }
 
+// ------------------------------------------------------------------------------------------------
+// The KV mainloop shared by the prefill (attn_fwd_kernel) and decode (attn_decode_kernel)
+// kernels: key ranges, the cp.async double-buffered walk over the key tiles, and one warp's
+// online-softmax step on a tile. The kernels differ only in which 16 query rows a warp owns and
+// which keys of each 64-key tile it takes (prefill: its own 16 rows, all 64 keys; decode: the
+// CTA's 16 rows, keys 16 * warp .. 16 * warp + 15); everything else (row mapping, epilogue,
+// merging of per-warp states) stays in the kernels.
+
+// Keys of one CTA whose rows are gr_first .. gr_last (map_row, with the kernel's row mapping).
+// [k0, k1): the split's keys (all keys when unsplit). [lo, hi_cta]: keys visible to some row of
+// the CTA (the bounds are monotonic in the row); [max_lo, min_hi]: keys visible to every row
+// (tiles inside need no mask). The mainloop walks ntiles tiles of BN keys from kbase (ntiles = 0:
+// nothing visible).
+struct KvRange {
+  int k0, k1;
+  int hi_cta;
+  int max_lo, min_hi;
+  int kbase, ntiles;
+};
+__device__ __forceinline__ KvRange kv_range(const AttnParams& p, bool partial, int split, int sq, int sk, int gr_first,
+                                            int gr_last, int rows_total, int packed, int G, int hk, int hfix) {
+  KvRange kr;
+  kr.k0 = 0, kr.k1 = sk;
+  if (partial) {
+    const int64_t per = static_cast<int64_t>(tiles_per_split(p, sk)) * p.tile_n;
+    const int64_t a = per * split, e = per * (split + 1);
+    kr.k0 = static_cast<int>(a < sk ? a : sk);
+    kr.k1 = static_cast<int>(e < sk ? e : sk);
+  }
+  const RowMap rf = map_row(gr_first, rows_total, packed, G, hk, hfix);
+  const RowMap rl = map_row(gr_last, rows_total, packed, G, hk, hfix);
+  const KeyRange kf = visible_keys(p, rf.i, sq, sk), kl = visible_keys(p, rl.i, sq, sk);
+  const int lo_cta = max(kf.lo, kr.k0);
+  kr.hi_cta = min(kl.hi, kr.k1 - 1);
+  kr.max_lo = max(kl.lo, kr.k0), kr.min_hi = min(kf.hi, kr.k1 - 1);
+  kr.kbase = 0, kr.ntiles = 0;
+  if (lo_cta <= kr.hi_cta) {
+    kr.kbase = max(kr.k0, (lo_cta / BN) * BN);
+    kr.ntiles = (kr.hi_cta - kr.kbase) / BN + 1;
+  }
+  return kr;
+}
+
+// A thread's two query rows of the mainloop (m16n8 fragment rows g and g + 8 of its warp's 16;
+// here CTA rows gr and gr + 8, mapped by map_row): rm[r], and the keys [lo[r], hi[r]] of the split
+// that row r sees (empty, lo > hi, for a row outside the sequence).
+__device__ __forceinline__ void thread_rows(const AttnParams& p, int gr, int rows_total, int packed, int G, int hk,
+                                            int hfix, int sq, int sk, const KvRange& kr, RowMap (&rm)[2],
+                                            int (&lo)[2], int (&hi)[2]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    rm[r] = map_row(gr + 8 * r, rows_total, packed, G, hk, hfix);
+    if (rm[r].valid) {
+      const KeyRange k = visible_keys(p, rm[r].i, sq, sk);
+      lo[r] = max(k.lo, kr.k0);
+      hi[r] = min(k.hi, kr.k1 - 1);
+    } else {
+      lo[r] = 1, hi[r] = 0;
+    }
+  }
+}
+
+// Score transform into log2 units: x * scale * log2(e), or with a softcap
+// softcap * log2(e) * tanh(x * scale / softcap).
+struct ScoreScale {
+  float sl2;
+  bool softcap;
+  float cap_in, cap_out;
+};
+__device__ __forceinline__ ScoreScale score_scale(const AttnParams& p) {
+  ScoreScale sc;
+  sc.sl2 = p.scale * kLog2e;
+  sc.softcap = p.softcap > 0.f;
+  sc.cap_in = sc.softcap ? p.scale / p.softcap : 0.f, sc.cap_out = p.softcap * kLog2e;
+  return sc;
+}
+
+// One warp's online-softmax step on NK keys of a tile (NK a multiple of 16).
+//   sQ rows qr0 .. qr0 + 15: the warp's 16 query rows; cK, cV: the NK key rows of K and V; all row
+//   stride LD, DP columns, in shared memory. j0: sequence index of the first of the NK keys.
+//   Masking: unless all NK keys lie in [max_lo, min_hi] (visible to every row), key j is kept for
+//   row r (this thread's rows g = lane / 4 and g + 8 of the 16) iff rlo[r] <= j <= rhi[r], else
+//   its score is -inf.
+// State, per thread (m16n8 C-fragment layout: row r = g + 8r, columns n * 8 + 2 * (lane % 4) + {0,1}):
+//   acc[n][2r + c]: unnormalised O of row r; mrow[r]: running max of row r in log2 units (-inf
+//   while all its keys were masked); lrow[r]: running sum of exp2(score - mrow) over this thread's
+//   columns only (the caller quad-reduces it).
+// Steps: S = Q K^T (mma, fp32); scores to log2 units (ScoreScale), mask; new max over the quad,
+// alpha = exp2(m_old - m_new) (m_new = -inf counts as 0); P = exp2(S - m_new);
+// l = l * alpha + rowsum(P); acc = acc * alpha + P V (P rounded to T, from registers).
+template <typename T, int DP, int LD, int NK>
+__device__ __forceinline__ void kv_tile_step(float (&acc)[DP / 8][4], float (&mrow)[2], float (&lrow)[2],
+                                             const uint16_t* sQ, int qr0, const uint16_t* cK, const uint16_t* cV,
+                                             int j0, int max_lo, int min_hi, const int (&rlo)[2],
+                                             const int (&rhi)[2], const ScoreScale& sc, int lane) {
+  const int qd = lane & 3;
+  // S = Q K^T (16 x NK per warp), fp32.
+  float s[NK / 8][4];
+#pragma unroll
+  for (int n = 0; n < NK / 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[n][e] = 0.f;
+#pragma unroll
+  for (int kk = 0; kk < DP / 16; ++kk) {
+    uint32_t a[4];
+    ldsm_x4(a, sQ + (qr0 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + kk * 16 + (lane >> 4) * 8);
+#pragma unroll
+    for (int np = 0; np < NK / 16; ++np) {
+      uint32_t bb[4];
+      ldsm_x4(bb, cK + (np * 16 + (lane & 7) + (lane >> 4) * 8) * LD + kk * 16 + ((lane >> 3) & 1) * 8);
+      Ty<T>::mma(s[2 * np], a, bb[0], bb[1]);
+      Ty<T>::mma(s[2 * np + 1], a, bb[2], bb[3]);
+    }
+  }
+  // Scores in log2 units, softcap, mask.
+  const bool need_mask = !(j0 >= max_lo && j0 + NK - 1 <= min_hi);
+#pragma unroll
+  for (int n = 0; n < NK / 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      float x = s[n][e];
+      x = sc.softcap ? sc.cap_out * tanhf(x * sc.cap_in) : x * sc.sl2;
+      if (need_mask) {
+        const int j = j0 + n * 8 + qd * 2 + (e & 1);
+        const int r = e >> 1;
+        if (j < rlo[r] || j > rhi[r]) x = -INFINITY;
+      }
+      s[n][e] = x;
+    }
+  // Online softmax: running max, rescale of l and O. (The tile max needs no -inf seed: mrow[r] is
+  // never NaN, so fmaxf(mrow[r], mx) is the same whether an all-NaN row gives mx = NaN or -inf.)
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float mx = fmaxf(s[0][2 * r], s[0][2 * r + 1]);
+#pragma unroll
+    for (int n = 1; n < NK / 8; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float mnew = fmaxf(mrow[r], mx);
+    const float muse = mnew == -INFINITY ? 0.f : mnew;
+    const float alpha = exp2f(mrow[r] - muse);
+    mrow[r] = mnew;
+    float sum = 0.f;
+#pragma unroll
+    for (int n = 0; n < NK / 8; ++n) {
+      s[n][2 * r] = exp2f(s[n][2 * r] - muse);
+      s[n][2 * r + 1] = exp2f(s[n][2 * r + 1] - muse);
+      sum += s[n][2 * r] + s[n][2 * r + 1];
+    }
+    lrow[r] = lrow[r] * alpha + sum;
+#pragma unroll
+    for (int n = 0; n < DP / 8; ++n) {
+      acc[n][2 * r] *= alpha;
+      acc[n][2 * r + 1] *= alpha;
+    }
+  }
+  // O += P V: P from registers (the S accumulator layout is the A fragment layout).
+#pragma unroll
+  for (int kk = 0; kk < NK / 16; ++kk) {
+    uint32_t a[4];
+    a[0] = Ty<T>::pack(s[2 * kk][0], s[2 * kk][1]);
+    a[1] = Ty<T>::pack(s[2 * kk][2], s[2 * kk][3]);
+    a[2] = Ty<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+    a[3] = Ty<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+    for (int dp = 0; dp < DP / 16; ++dp) {
+      uint32_t bb[4];
+      ldsm_x4_t(bb, cV + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + dp * 16 + (lane >> 4) * 8);
+      Ty<T>::mma(acc[2 * dp], a, bb[0], bb[1]);
+      Ty<T>::mma(acc[2 * dp + 1], a, bb[2], bb[3]);
+    }
+  }
+}
+
+// The KV mainloop: every thread of the CTA calls it (it holds the CTA's barriers).
+//   Shared memory: sK, sV hold 2 stages of BN rows each (row stride LD); stage st of K is
+//   sK + st * BN * LD. load_q() issues the Q tile's cp.async, load_kv(t, st) those of key tile t
+//   (keys kr.kbase + t * BN ..) into stage st; neither commits. Q and tile 0 form the first
+//   cp.async group; tile t + 1 is loaded while tile t is consumed, with a barrier before and after
+//   each tile, so on return all copies have landed and the K/V stages may be reused.
+//   Per warp and tile (only where `active`; the barriers are reached regardless): kv_tile_step of
+//   the warp's query rows (sQ rows qr0 .. qr0 + 15) on the NK keys at offset koff of the tile
+//   (stage rows koff .., keys kr.kbase + t * BN + koff ..), with p's scale / softcap, masked
+//   unless those keys lie in [kr.max_lo, kr.min_hi].
+//   Outputs: acc, mrow, lrow as in kv_tile_step, initialised here to 0 / -inf / 0 (so also when
+//   kr.ntiles == 0 and nothing is loaded).
+template <typename T, int DP, int LD, int NK, typename LoadQ, typename LoadKv>
+__device__ __forceinline__ void kv_mainloop(float (&acc)[DP / 8][4], float (&mrow)[2], float (&lrow)[2],
+                                            const AttnParams& p, const KvRange& kr, const LoadQ& load_q,
+                                            const LoadKv& load_kv, const uint16_t* sQ, int qr0, const uint16_t* sK,
+                                            const uint16_t* sV, int koff, bool active, const int (&rlo)[2],
+                                            const int (&rhi)[2], int lane) {
+#pragma unroll
+  for (int n = 0; n < DP / 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[n][e] = 0.f;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) mrow[r] = -INFINITY, lrow[r] = 0.f;
+  const ScoreScale sc = score_scale(p);
+  const int ntiles = kr.ntiles;
+
+  if (ntiles > 0) {
+    load_q();
+    load_kv(0, 0);
+    cp_async_commit();
+    for (int t = 0; t < ntiles; ++t) {
+      if (t + 1 < ntiles) {
+        load_kv(t + 1, (t + 1) & 1);
+        cp_async_commit();
+        cp_async_wait<1>();
+      } else {
+        cp_async_wait<0>();
+      }
+      __syncthreads();
+      if (active) {
+        kv_tile_step<T, DP, LD, NK>(acc, mrow, lrow, sQ, qr0, sK + (t & 1) * BN * LD + koff * LD,
+                                    sV + (t & 1) * BN * LD + koff * LD, kr.kbase + t * BN + koff, kr.max_lo,
+                                    kr.min_hi, rlo, rhi, sc, lane);
+      }
+      __syncthreads();  // stage t & 1 is overwritten by the loads of iteration t + 1
+    }
+  }
+}
+
+// Final normalisation of one query row, from its running max m (log2 units) and full sum l: the
+// sink (sink[h], natural units; only when with_sink) joins the denominator; O = acc * oscale,
+// natural-log lse. Fully masked rows without a sink: oscale 0, lse -inf.
+struct RowNorm {
+  float oscale, lse;
+};
+__device__ __forceinline__ RowNorm row_norm(float m, float l, bool with_sink, const float* sink, int h) {
+  RowNorm rn;
+  if (with_sink) {
+    const float sx = sink[h] * kLog2e;
+    const float mf = fmaxf(m, sx);
+    const float em = exp2f(m - mf);
+    l = l * em + exp2f(sx - mf);
+    rn.oscale = em / l;
+    rn.lse = (mf + log2f(l)) * kLn2;
+  } else if (l > 0.f) {
+    rn.oscale = 1.f / l;
+    rn.lse = (m + log2f(l)) * kLn2;
+  } else {
+    rn.oscale = 0.f;
+    rn.lse = -INFINITY;
+  }
+  return rn;
+}
+
 // Grid: x = query tiles (heaviest first), y = B * Hq (B * Hkv when packed), z = splits.
 template <typename T, int DP>
 __global__ void __launch_bounds__(Cfg<DP>::NT, 1) attn_fwd_kernel(const AttnParams p, const Flags f) {
@@ -252,26 +501,9 @@ __global__ void __launch_bounds__(Cfg<DP>::NT, 1) attn_fwd_kernel(const AttnPara
   if (row0 >= rows_total) return;
   const int qs = q_start(p, b);
 
-  // Key range of this split.
-  int k0 = 0, k1 = sk;
-  if (f.partial) {
-    const int64_t per = static_cast<int64_t>(tiles_per_split(p, sk)) * p.tile_n;
-    const int64_t a = per * split, e = per * (split + 1);
-    k0 = static_cast<int>(a < sk ? a : sk);
-    k1 = static_cast<int>(e < sk ? e : sk);
-  }
-  // Visible keys of the CTA: [lo(first row), hi(last row)] (both bounds monotonic in i).
+  // Keys of this split and CTA (its rows row0 .. last).
   const int last = (row0 + BM < rows_total ? row0 + BM : rows_total) - 1;
-  const RowMap rf = map_row(row0, rows_total, f.packed, G, hk, hfix);
-  const RowMap rl = map_row(last, rows_total, f.packed, G, hk, hfix);
-  const KeyRange kf = visible_keys(p, rf.i, sq, sk), kl = visible_keys(p, rl.i, sq, sk);
-  const int lo_cta = max(kf.lo, k0), hi_cta = min(kl.hi, k1 - 1);
-  const int max_lo = max(kl.lo, k0), min_hi = min(kf.hi, k1 - 1);  // full tiles: inside both
-  int kbase = 0, ntiles = 0;
-  if (lo_cta <= hi_cta) {
-    kbase = max(k0, (lo_cta / BN) * BN);
-    ntiles = (hi_cta - kbase) / BN + 1;
-  }
+  const KvRange kr = kv_range(p, f.partial, split, sq, sk, row0, last, rows_total, f.packed, G, hk, hfix);
 
   // Per-thread rows (two per thread: g and g + 8 of the warp's 16).
   const int wr0 = warp * 16;
@@ -279,17 +511,7 @@ __global__ void __launch_bounds__(Cfg<DP>::NT, 1) attn_fwd_kernel(const AttnPara
   const int g = lane >> 2, qd = lane & 3;
   RowMap rm[2];
   int rlo[2], rhi[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    rm[r] = map_row(row0 + wr0 + g + 8 * r, rows_total, f.packed, G, hk, hfix);
-    if (rm[r].valid) {
-      const KeyRange kr = visible_keys(p, rm[r].i, sq, sk);
-      rlo[r] = max(kr.lo, k0);
-      rhi[r] = min(kr.hi, k1 - 1);
-    } else {
-      rlo[r] = 1, rhi[r] = 0;
-    }
-  }
+  thread_rows(p, row0 + wr0 + g, rows_total, f.packed, G, hk, hfix, sq, sk, kr, rm, rlo, rhi);
 
   const uint16_t* __restrict__ gq = static_cast<const uint16_t*>(p.q);
   const uint16_t* __restrict__ gk = static_cast<const uint16_t*>(p.k);
@@ -301,116 +523,14 @@ __global__ void __launch_bounds__(Cfg<DP>::NT, 1) attn_fwd_kernel(const AttnPara
   };
   // K/V tile t into stage st: keys kbase + t*BN + r; keys past hi_cta are zero rows.
   auto load_kv = [&](int t, int st) {
-    load_kv_tile<DP, LD, NT>(sK + st * BN * LD, sV + st * BN * LD, gk, gv, p, f.vec16, tid, b, hk, kbase + t * BN,
-                             hi_cta);
+    load_kv_tile<DP, LD, NT>(sK + st * BN * LD, sV + st * BN * LD, gk, gv, p, f.vec16, tid, b, hk,
+                             kr.kbase + t * BN, kr.hi_cta);
   };
 
-  float acc[DP / 8][4];
-#pragma unroll
-  for (int n = 0; n < DP / 8; ++n)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) acc[n][e] = 0.f;
-  float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.f, 0.f};
-  const float sl2 = p.scale * kLog2e;
-  const bool softcap = p.softcap > 0.f;
-  const float cap_in = softcap ? p.scale / p.softcap : 0.f, cap_out = p.softcap * kLog2e;
-
-  if (ntiles > 0) {
-    load_q();
-    load_kv(0, 0);
-    cp_async_commit();
-    for (int t = 0; t < ntiles; ++t) {
-      if (t + 1 < ntiles) {
-        load_kv(t + 1, (t + 1) & 1);
-        cp_async_commit();
-        cp_async_wait<1>();
-      } else {
-        cp_async_wait<0>();
-      }
-      __syncthreads();
-      if (warp_active) {
-        const uint16_t* cK = sK + (t & 1) * BN * LD;
-        const uint16_t* cV = sV + (t & 1) * BN * LD;
-        const int kt = kbase + t * BN;
-        // S = Q K^T (16 x BN per warp), fp32.
-        float s[BN / 8][4];
-#pragma unroll
-        for (int n = 0; n < BN / 8; ++n)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) s[n][e] = 0.f;
-#pragma unroll
-        for (int kk = 0; kk < DP / 16; ++kk) {
-          uint32_t a[4];
-          ldsm_x4(a, sQ + (wr0 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + kk * 16 + (lane >> 4) * 8);
-#pragma unroll
-          for (int np = 0; np < BN / 16; ++np) {
-            uint32_t bb[4];
-            ldsm_x4(bb, cK + (np * 16 + (lane & 7) + (lane >> 4) * 8) * LD + kk * 16 + ((lane >> 3) & 1) * 8);
-            Ty<T>::mma(s[2 * np], a, bb[0], bb[1]);
-            Ty<T>::mma(s[2 * np + 1], a, bb[2], bb[3]);
-          }
-        }
-        // Scores in log2 units, softcap, mask.
-        const bool need_mask = !(kt >= max_lo && kt + BN - 1 <= min_hi);
-#pragma unroll
-        for (int n = 0; n < BN / 8; ++n)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            float x = s[n][e];
-            x = softcap ? cap_out * tanhf(x * cap_in) : x * sl2;
-            if (need_mask) {
-              const int j = kt + n * 8 + qd * 2 + (e & 1);
-              const int r = e >> 1;
-              if (j < rlo[r] || j > rhi[r]) x = -INFINITY;
-            }
-            s[n][e] = x;
-          }
-        // Online softmax: running max, rescale of l and O.
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          float mx = -INFINITY;
-#pragma unroll
-          for (int n = 0; n < BN / 8; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-          const float mnew = fmaxf(mrow[r], mx);
-          const float muse = mnew == -INFINITY ? 0.f : mnew;
-          const float alpha = exp2f(mrow[r] - muse);
-          mrow[r] = mnew;
-          float sum = 0.f;
-#pragma unroll
-          for (int n = 0; n < BN / 8; ++n) {
-            s[n][2 * r] = exp2f(s[n][2 * r] - muse);
-            s[n][2 * r + 1] = exp2f(s[n][2 * r + 1] - muse);
-            sum += s[n][2 * r] + s[n][2 * r + 1];
-          }
-          lrow[r] = lrow[r] * alpha + sum;
-#pragma unroll
-          for (int n = 0; n < DP / 8; ++n) {
-            acc[n][2 * r] *= alpha;
-            acc[n][2 * r + 1] *= alpha;
-          }
-        }
-        // O += P V: P from registers (the S accumulator layout is the A fragment layout).
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; ++kk) {
-          uint32_t a[4];
-          a[0] = Ty<T>::pack(s[2 * kk][0], s[2 * kk][1]);
-          a[1] = Ty<T>::pack(s[2 * kk][2], s[2 * kk][3]);
-          a[2] = Ty<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-          a[3] = Ty<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-#pragma unroll
-          for (int dp = 0; dp < DP / 16; ++dp) {
-            uint32_t bb[4];
-            ldsm_x4_t(bb, cV + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + dp * 16 + (lane >> 4) * 8);
-            Ty<T>::mma(acc[2 * dp], a, bb[0], bb[1]);
-            Ty<T>::mma(acc[2 * dp + 1], a, bb[2], bb[3]);
-          }
-        }
-      }
-      __syncthreads();  // stage t & 1 is overwritten by the loads of iteration t + 1
-    }
-  }
+  // Mainloop: each warp its own 16 query rows against all BN keys of every tile.
+  float acc[DP / 8][4], mrow[2], lrow[2];
+  kv_mainloop<T, DP, LD, BN>(acc, mrow, lrow, p, kr, load_q, load_kv, sQ, wr0, sK, sV, /*koff=*/0,
+                             warp_active, rlo, rhi, lane);
   if (!warp_active) return;
 
   // Finalize: quad-reduce l, fold the sink (unsplit, or split 0), normalise, store.
@@ -422,21 +542,8 @@ __global__ void __launch_bounds__(Cfg<DP>::NT, 1) attn_fwd_kernel(const AttnPara
     l += __shfl_xor_sync(0xffffffffu, l, 2);
     if (!rm[r].valid) continue;
     const int i = rm[r].i, h = rm[r].h;
-    float m = mrow[r], oscale, lse;
-    if (with_sink) {
-      const float sx = p.sink[h] * kLog2e;
-      const float mf = fmaxf(m, sx);
-      const float em = exp2f(m - mf);
-      l = l * em + exp2f(sx - mf);
-      oscale = em / l;
-      lse = (mf + log2f(l)) * kLn2;
-    } else if (l > 0.f) {
-      oscale = 1.f / l;
-      lse = (m + log2f(l)) * kLn2;
-    } else {
-      oscale = 0.f;
-      lse = -INFINITY;
-    }
+    const RowNorm rn = row_norm(mrow[r], l, with_sink, p.sink, h);
+    const float oscale = rn.oscale, lse = rn.lse;
     const int64_t qrow = static_cast<int64_t>(qs + i);
     if (f.partial) {
       const int64_t prow = static_cast<int64_t>(split) * p.total_q + qrow;
@@ -501,37 +608,12 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(const AttnParams p, co
   if (rows_total <= 0) return;
   const int qs = q_start(p, b);
 
-  int k0 = 0, k1 = sk;
-  if (f.partial) {
-    const int64_t per = static_cast<int64_t>(tiles_per_split(p, sk)) * p.tile_n;
-    const int64_t a = per * split, e = per * (split + 1);
-    k0 = static_cast<int>(a < sk ? a : sk);
-    k1 = static_cast<int>(e < sk ? e : sk);
-  }
-  const RowMap rf = map_row(0, rows_total, 1, G, hk, 0);
-  const RowMap rl = map_row(rows_total - 1, rows_total, 1, G, hk, 0);
-  const KeyRange kf = visible_keys(p, rf.i, sq, sk), kl = visible_keys(p, rl.i, sq, sk);
-  const int lo_cta = max(kf.lo, k0), hi_cta = min(kl.hi, k1 - 1);
-  const int max_lo = max(kl.lo, k0), min_hi = min(kf.hi, k1 - 1);
-  int kbase = 0, ntiles = 0;
-  if (lo_cta <= hi_cta) {
-    kbase = max(k0, (lo_cta / BN) * BN);
-    ntiles = (hi_cta - kbase) / BN + 1;
-  }
+  const KvRange kr = kv_range(p, f.partial, split, sq, sk, 0, rows_total - 1, rows_total, 1, G, hk, 0);
 
   const int g = lane >> 2, qd = lane & 3;
+  RowMap rm[2];
   int rlo[2], rhi[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const RowMap m = map_row(g + 8 * r, rows_total, 1, G, hk, 0);
-    if (m.valid) {
-      const KeyRange kr = visible_keys(p, m.i, sq, sk);
-      rlo[r] = max(kr.lo, k0);
-      rhi[r] = min(kr.hi, k1 - 1);
-    } else {
-      rlo[r] = 1, rhi[r] = 0;
-    }
-  }
+  thread_rows(p, g, rows_total, 1, G, hk, 0, sq, sk, kr, rm, rlo, rhi);
 
   const uint16_t* __restrict__ gq = static_cast<const uint16_t*>(p.q);
   const uint16_t* __restrict__ gk = static_cast<const uint16_t*>(p.k);
@@ -540,103 +622,14 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(const AttnParams p, co
 
   auto load_q = [&]() { load_q_tile<16, DP, LD, NT>(sQ, gq, p, f.vec16, tid, 0, rows_total, 1, G, hk, 0, qs); };
   auto load_kv = [&](int t, int st) {
-    load_kv_tile<DP, LD, NT>(sK + st * BN * LD, sV + st * BN * LD, gk, gv, p, f.vec16, tid, b, hk, kbase + t * BN,
-                             hi_cta);
+    load_kv_tile<DP, LD, NT>(sK + st * BN * LD, sV + st * BN * LD, gk, gv, p, f.vec16, tid, b, hk,
+                             kr.kbase + t * BN, kr.hi_cta);
   };
 
-  float acc[DP / 8][4];
-#pragma unroll
-  for (int n = 0; n < DP / 8; ++n)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) acc[n][e] = 0.f;
-  float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.f, 0.f};
-  const float sl2 = p.scale * kLog2e;
-  const bool softcap = p.softcap > 0.f;
-  const float cap_in = softcap ? p.scale / p.softcap : 0.f, cap_out = p.softcap * kLog2e;
-
-  if (ntiles > 0) {
-    load_q();
-    load_kv(0, 0);
-    cp_async_commit();
-    for (int t = 0; t < ntiles; ++t) {
-      if (t + 1 < ntiles) {
-        load_kv(t + 1, (t + 1) & 1);
-        cp_async_commit();
-        cp_async_wait<1>();
-      } else {
-        cp_async_wait<0>();
-      }
-      __syncthreads();
-      {
-        const uint16_t* cK = sK + (t & 1) * BN * LD + warp * 16 * LD;  // this warp's 16 keys
-        const uint16_t* cV = sV + (t & 1) * BN * LD + warp * 16 * LD;
-        const int kw = kbase + t * BN + warp * 16;
-        float s[2][4];
-#pragma unroll
-        for (int n = 0; n < 2; ++n)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) s[n][e] = 0.f;
-#pragma unroll
-        for (int kk = 0; kk < DP / 16; ++kk) {
-          uint32_t a[4], bb[4];
-          ldsm_x4(a, sQ + ((lane & 7) + ((lane >> 3) & 1) * 8) * LD + kk * 16 + (lane >> 4) * 8);
-          ldsm_x4(bb, cK + ((lane & 7) + (lane >> 4) * 8) * LD + kk * 16 + ((lane >> 3) & 1) * 8);
-          Ty<T>::mma(s[0], a, bb[0], bb[1]);
-          Ty<T>::mma(s[1], a, bb[2], bb[3]);
-        }
-        const bool need_mask = !(kw >= max_lo && kw + 15 <= min_hi);
-#pragma unroll
-        for (int n = 0; n < 2; ++n)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            float x = s[n][e];
-            x = softcap ? cap_out * tanhf(x * cap_in) : x * sl2;
-            if (need_mask) {
-              const int j = kw + n * 8 + qd * 2 + (e & 1);
-              const int r = e >> 1;
-              if (j < rlo[r] || j > rhi[r]) x = -INFINITY;
-            }
-            s[n][e] = x;
-          }
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          float mx = fmaxf(fmaxf(s[0][2 * r], s[0][2 * r + 1]), fmaxf(s[1][2 * r], s[1][2 * r + 1]));
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-          const float mnew = fmaxf(mrow[r], mx);
-          const float muse = mnew == -INFINITY ? 0.f : mnew;
-          const float alpha = exp2f(mrow[r] - muse);
-          mrow[r] = mnew;
-          float sum = 0.f;
-#pragma unroll
-          for (int n = 0; n < 2; ++n) {
-            s[n][2 * r] = exp2f(s[n][2 * r] - muse);
-            s[n][2 * r + 1] = exp2f(s[n][2 * r + 1] - muse);
-            sum += s[n][2 * r] + s[n][2 * r + 1];
-          }
-          lrow[r] = lrow[r] * alpha + sum;
-#pragma unroll
-          for (int n = 0; n < DP / 8; ++n) {
-            acc[n][2 * r] *= alpha;
-            acc[n][2 * r + 1] *= alpha;
-          }
-        }
-        uint32_t a[4];
-        a[0] = Ty<T>::pack(s[0][0], s[0][1]);
-        a[1] = Ty<T>::pack(s[0][2], s[0][3]);
-        a[2] = Ty<T>::pack(s[1][0], s[1][1]);
-        a[3] = Ty<T>::pack(s[1][2], s[1][3]);
-#pragma unroll
-        for (int dp = 0; dp < DP / 16; ++dp) {
-          uint32_t bb[4];
-          ldsm_x4_t(bb, cV + ((lane & 7) + ((lane >> 3) & 1) * 8) * LD + dp * 16 + (lane >> 4) * 8);
-          Ty<T>::mma(acc[2 * dp], a, bb[0], bb[1]);
-          Ty<T>::mma(acc[2 * dp + 1], a, bb[2], bb[3]);
-        }
-      }
-      __syncthreads();
-    }
-  }
+  // Mainloop: every warp the CTA's 16 query rows against its 16 keys (16 * warp ..) of each tile.
+  float acc[DP / 8][4], mrow[2], lrow[2];
+  kv_mainloop<T, DP, LD, 16>(acc, mrow, lrow, p, kr, load_q, load_kv, sQ, 0, sK, sV, /*koff=*/warp * 16,
+                             /*active=*/true, rlo, rhi, lane);
 
   // Merge the four warps' states (the K/V stages are free: the loop ended with a barrier).
 #pragma unroll
@@ -671,21 +664,8 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(const AttnParams p, co
       L += red_l[w][r] * sc;
       O += red[(w * 16 + r) * DP + c] * sc;
     }
-    float oscale, lse;
-    if (with_sink) {
-      const float sx = p.sink[m.h] * kLog2e;
-      const float mf = fmaxf(M, sx);
-      const float em = exp2f(M - mf);
-      L = L * em + exp2f(sx - mf);
-      oscale = em / L;
-      lse = (mf + log2f(L)) * kLn2;
-    } else if (L > 0.f) {
-      oscale = 1.f / L;
-      lse = (M + log2f(L)) * kLn2;
-    } else {
-      oscale = 0.f;
-      lse = -INFINITY;
-    }
+    const RowNorm rn = row_norm(M, L, with_sink, p.sink, m.h);
+    const float oscale = rn.oscale, lse = rn.lse;
     const int64_t qrow = static_cast<int64_t>(qs + m.i);
     if (f.partial) {
       const int64_t prow = static_cast<int64_t>(split) * p.total_q + qrow;
