@@ -148,6 +148,7 @@ static void write_codes(h5::File& f, const std::string& ds, DType t, const Shape
 
 void write_golden(const std::string& path, const Golden& g) {
   namespace fs = std::filesystem;
+  std::lock_guard<std::recursive_mutex> lk(h5::library_mutex());
   fs::create_directories(fs::path(path).parent_path());
   const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
   try {
@@ -237,7 +238,15 @@ static std::vector<double> decode_codes(const h5::File& f, const std::string& ds
   return v;
 }
 
+static Golden read_golden_here(const std::string& path);
+
 Golden read_golden(const std::string& path) {
+  std::lock_guard<std::recursive_mutex> lk(h5::library_mutex());
+  h5::probe_in_child(path, [&] { (void)read_golden_here(path); });
+  return read_golden_here(path);
+}
+
+static Golden read_golden_here(const std::string& path) {
   auto f = h5::File::open_read(path);
   Golden g;
   auto& p = g.prov;

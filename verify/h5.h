@@ -4,6 +4,8 @@
 // fixed chunking, shuffle + deflate for datasets over 16 KiB.
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -53,6 +55,19 @@ struct DatasetInfo {
   bool is_float = false, is_integer = false, is_signed = false;
   size_t elem_size = 0;
 };
+
+// Runs `read` in a forked child process before the caller reads the file for real. HDF5 1.10
+// parses a malformed file with little defence: a crafted golden or candidate can crash the library
+// (a wild free while listing a group, found by fuzzing) or make it loop. A child that dies by a
+// signal, exits abnormally or runs past `timeout_s` makes this throw InputError naming the file;
+// otherwise (the read succeeded or threw one of our errors) the caller's own read, the same code
+// on the same bytes, behaves the same in this process.
+void probe_in_child(const std::string& path, const std::function<void()>& read, int timeout_s = 60);
+
+// The HDF5 library (Debian's serial build) is not thread-safe: whole-file reads and writes that
+// may run on worker threads (calibrate, gen) hold this lock, and probe_in_child forks under it, so
+// no other thread is inside the library when the child is made.
+std::recursive_mutex& library_mutex();
 
 class File {
  public:

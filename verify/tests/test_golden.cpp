@@ -1,3 +1,4 @@
+#include <csignal>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -105,4 +106,24 @@ TEST_CASE("bad golden files give input errors naming file and dataset", "[cpu][L
     f.set_attr("/", "schema_version", kSchemaVersion);
   }
   CHECK_THAT(err((dir / "noattr.h5").string()), assay_test::Contains("missing attribute 'op'"));
+}
+
+TEST_CASE("a read that crashes or hangs the HDF5 library is refused by name, not a crash", "[cpu][L0]") {
+  // What a malformed file can do to libhdf5 1.10 (the fuzzer found wild frees while it lists a
+  // group): the probe runs the read in a child process first.
+  try {
+    h5::probe_in_child("bad.h5", [] { std::raise(SIGSEGV); });
+    FAIL("a crashing read passed the probe");
+  } catch (const InputError& e) {
+    CHECK_THAT(std::string(e.what()), assay_test::Contains("bad.h5: malformed HDF5 file: the HDF5 library crashed"));
+  }
+  try {
+    h5::probe_in_child("slow.h5", [] { ::sleep(30); }, 1);
+    FAIL("a hanging read passed the probe");
+  } catch (const InputError& e) {
+    CHECK_THAT(std::string(e.what()), assay_test::Contains("slow.h5: malformed HDF5 file: the HDF5 library did not finish"));
+  }
+  // Our own errors are left to the caller's read (same message, same exit code).
+  CHECK_NOTHROW(h5::probe_in_child("x.h5", [] { throw InputError("x.h5: /inputs: cannot list group"); }));
+  CHECK_NOTHROW(h5::probe_in_child("x.h5", [] {}));
 }
