@@ -38,6 +38,16 @@ const CaseFields& params_of(const KernelCase& g) { return g.fields; }
 
 Support no(std::string why) { return {false, std::move(why)}; }
 
+// Every optim kernel: op "optim", deterministic (fixed-order reductions), strict profile.
+KernelDef optim_kernel(std::string name, std::string description) {
+  KernelDef d;
+  d.op = "optim";
+  d.name = std::move(name);
+  d.description = std::move(description);
+  d.deterministic = true;
+  return d;
+}
+
 std::string cuda_err(const std::string& who, cudaError_t e) {
   return e == cudaSuccess ? std::string() : who + ": " + cudaGetErrorString(e);
 }
@@ -205,11 +215,7 @@ std::string adam_launch(AdamFlavor f, bool master, LaunchContext& ctx, const std
 }
 
 KernelDef make_adam(AdamFlavor f, bool master, std::string name, std::string desc) {
-  KernelDef d;
-  d.op = "optim";
-  d.name = name;
-  d.description = std::move(desc);
-  d.deterministic = true;
+  KernelDef d = optim_kernel(name, std::move(desc));
   d.can_implement = [f, master, name](const KernelCase& g) { return adam_can(f, master, g, name); };
   d.launch = [f, master, name](LaunchContext& c) { return adam_launch(f, master, c, name); };
   return d;
@@ -230,10 +236,7 @@ SgdConfig sgd_config(const CaseFields& P) {
 }
 
 KernelDef make_sgd() {
-  KernelDef d;
-  d.op = "optim";
-  d.name = "optim_sgd_v1";
-  d.description = "torch 2.11 SGD (momentum, dampening, nesterov, maximize, wd): fma per add(alpha), float4 grid-stride";
+  KernelDef d = optim_kernel("optim_sgd_v1", "torch 2.11 SGD (momentum, dampening, nesterov, maximize, wd): fma per add(alpha), float4 grid-stride");
   d.can_implement = [](const KernelCase& g) -> Support {
     const CaseFields& P = params_of(g);
     if (P.get_string("optimizer") != "sgd") return no("optim_sgd_v1 runs optimizer = sgd");
@@ -283,10 +286,7 @@ LionConfig lion_config(const CaseFields& P) {
 }
 
 KernelDef make_lion() {
-  KernelDef d;
-  d.op = "optim";
-  d.name = "optim_lion_v1";
-  d.description = "Lion (lucidrains): p(1 - lr wd) - lr sign(b1 m + (1-b1) g), m = b2 m + (1-b2) g; float4 grid-stride";
+  KernelDef d = optim_kernel("optim_lion_v1", "Lion (lucidrains): p(1 - lr wd) - lr sign(b1 m + (1-b1) g), m = b2 m + (1-b2) g; float4 grid-stride");
   d.can_implement = [](const KernelCase& g) -> Support {
     const CaseFields& P = params_of(g);
     if (P.get_string("optimizer") != "lion") return no("optim_lion_v1 runs optimizer = lion");
@@ -330,10 +330,7 @@ LambConfig lamb_config(const CaseFields& P) {
 }
 
 KernelDef make_lamb() {
-  KernelDef d;
-  d.op = "optim";
-  d.name = "optim_lamb_v1";
-  d.description = "apex FusedLAMB: deterministic two-pass norms (global ||g||, per-tensor ||p||, ||u||), phase 1 update, phase 2 trust ratio";
+  KernelDef d = optim_kernel("optim_lamb_v1", "apex FusedLAMB: deterministic two-pass norms (global ||g||, per-tensor ||p||, ||u||), phase 1 update, phase 2 trust ratio");
   d.can_implement = [](const KernelCase& g) -> Support {
     const CaseFields& P = params_of(g);
     if (P.get_string("optimizer") != "lamb") return no("optim_lamb_v1 runs optimizer = lamb");
@@ -366,10 +363,7 @@ KernelDef make_lamb() {
 // Clipping
 // ---------------------------------------------------------------------------------------------
 KernelDef make_clip() {
-  KernelDef d;
-  d.op = "optim";
-  d.name = "optim_clip_v1";
-  d.description = "global grad-norm clipping, torch clip_grad_norm_ (fp32 / bf16) and Megatron (fp32); deterministic two-pass norms";
+  KernelDef d = optim_kernel("optim_clip_v1", "global grad-norm clipping, torch clip_grad_norm_ (fp32 / bf16) and Megatron (fp32); deterministic two-pass norms");
   d.can_implement = [](const KernelCase& g) -> Support {
     const CaseFields& P = params_of(g);
     if (P.get_string("optimizer") != "clip") return no("optim_clip_v1 runs optimizer = clip");
@@ -420,10 +414,7 @@ ScalerConfig scaler_config(const CaseFields& P) {
 }
 
 KernelDef make_scaler() {
-  KernelDef d;
-  d.op = "optim";
-  d.name = "optim_scaler_v1";
-  d.description = "dynamic loss scaling: torch GradScaler (_amp_update_scale_, unscale_) and Megatron DynamicGradScaler (hysteresis)";
+  KernelDef d = optim_kernel("optim_scaler_v1", "dynamic loss scaling: torch GradScaler (_amp_update_scale_, unscale_) and Megatron DynamicGradScaler (hysteresis)");
   d.can_implement = [](const KernelCase& g) -> Support {
     const CaseFields& P = params_of(g);
     if (P.get_string("optimizer") != "scaler") return no("optim_scaler_v1 runs optimizer = scaler");
@@ -468,10 +459,7 @@ KernelDef make_scaler() {
 // bf16 copies
 // ---------------------------------------------------------------------------------------------
 KernelDef make_bf16_copy() {
-  KernelDef d;
-  d.op = "optim";
-  d.name = "optim_bf16_copy_v1";
-  d.description = "fp32 master -> bf16 param: RNE, TE store_param_remainders (split, merge), torchao stochastic rounding";
+  KernelDef d = optim_kernel("optim_bf16_copy_v1", "fp32 master -> bf16 param: RNE, TE store_param_remainders (split, merge), torchao stochastic rounding");
   d.can_implement = [](const KernelCase& g) -> Support {
     const CaseFields& P = params_of(g);
     if (P.get_string("optimizer") != "bf16_copy") return no("optim_bf16_copy_v1 runs optimizer = bf16_copy");
@@ -499,10 +487,7 @@ KernelDef make_bf16_copy() {
 // Adafactor
 // ---------------------------------------------------------------------------------------------
 KernelDef make_adafactor() {
-  KernelDef d;
-  d.op = "optim";
-  d.name = "optim_adafactor_v1";
-  d.description = "torch Adafactor, first step from a fresh state (factored or vector); one block, fixed-order reductions";
+  KernelDef d = optim_kernel("optim_adafactor_v1", "torch Adafactor, first step from a fresh state (factored or vector); one block, fixed-order reductions");
   d.can_implement = [](const KernelCase& g) -> Support {
     const CaseFields& P = params_of(g);
     if (P.get_string("optimizer") != "adafactor") return no("optim_adafactor_v1 runs optimizer = adafactor");
@@ -555,10 +540,7 @@ bool muon_config(const CaseFields& P, MuonConfig& c, std::string& why) {
 }
 
 KernelDef make_muon() {
-  KernelDef d;
-  d.op = "optim";
-  d.name = "optim_muon_v1";
-  d.description = "Muon: momentum, Newton-Schulz with cuBLAS bf16 GEMMs (fp32 accumulation, KJ op order), scale, update";
+  KernelDef d = optim_kernel("optim_muon_v1", "Muon: momentum, Newton-Schulz with cuBLAS bf16 GEMMs (fp32 accumulation, KJ op order), scale, update");
   d.can_implement = [](const KernelCase& g) -> Support {
     const CaseFields& P = params_of(g);
     if (P.get_string("optimizer") != "muon") return no("optim_muon_v1 runs optimizer = muon");
@@ -590,23 +572,30 @@ KernelDef make_muon() {
 
 }  // namespace
 
-ASSAY_REGISTER_KERNEL(make_adam(AdamFlavor::torch_single, false, "optim_adam_torch_single_v1",
-                                "torch 2.11 _single_tensor_adam(w): lerp/addcmul/addcdiv FMAs, sqrt(v) * f32(1/bc2_sqrt); fp32 or bf16 (every op stores bf16)"));
-ASSAY_REGISTER_KERNEL(make_adam(AdamFlavor::torch_foreach, false, "optim_adam_torch_foreach_v1",
-                                "torch 2.11 _multi_tensor_adam(w): as single-tensor with a true division by bc2_sqrt; fp32 or bf16"));
-ASSAY_REGISTER_KERNEL(make_adam(AdamFlavor::torch_fused, false, "optim_adam_torch_fused_v1",
-                                "torch 2.11 fused Adam(W): float hyper-parameters, powf bias corrections, grad_scale / found_inf, amsgrad, maximize; fp32 or bf16"));
-ASSAY_REGISTER_KERNEL(make_adam(AdamFlavor::torch_fused, true, "optim_adamw_master_bf16_v1",
-                                "fused Adam(W) on an fp32 master with the bf16 model copy (RNE) written in the same pass (the bench's master launcher)"));
-ASSAY_REGISTER_KERNEL(make_adam(AdamFlavor::apex, false, "optim_adam_apex_v1",
-                                "apex FusedAdam / TE FusedAdam (AdamFunctor): u = mhat/(sqrt(v/bc2) + eps) [+ wd p], inferred FMAs"));
-ASSAY_REGISTER_KERNEL(make_sgd());
-ASSAY_REGISTER_KERNEL(make_lion());
-ASSAY_REGISTER_KERNEL(make_lamb());
-ASSAY_REGISTER_KERNEL(make_clip());
-ASSAY_REGISTER_KERNEL(make_scaler());
-ASSAY_REGISTER_KERNEL(make_bf16_copy());
-ASSAY_REGISTER_KERNEL(make_adafactor());
-ASSAY_REGISTER_KERNEL(make_muon());
+// The registration table: every optim kernel, one row each.
+const bool kOptimRegistered = [] {
+  const std::vector<KernelDef> table = {
+      make_adam(AdamFlavor::torch_single, false, "optim_adam_torch_single_v1",
+                "torch 2.11 _single_tensor_adam(w): lerp/addcmul/addcdiv FMAs, sqrt(v) * f32(1/bc2_sqrt); fp32 or bf16 (every op stores bf16)"),
+      make_adam(AdamFlavor::torch_foreach, false, "optim_adam_torch_foreach_v1",
+                "torch 2.11 _multi_tensor_adam(w): as single-tensor with a true division by bc2_sqrt; fp32 or bf16"),
+      make_adam(AdamFlavor::torch_fused, false, "optim_adam_torch_fused_v1",
+                "torch 2.11 fused Adam(W): float hyper-parameters, powf bias corrections, grad_scale / found_inf, amsgrad, maximize; fp32 or bf16"),
+      make_adam(AdamFlavor::torch_fused, true, "optim_adamw_master_bf16_v1",
+                "fused Adam(W) on an fp32 master with the bf16 model copy (RNE) written in the same pass (the bench's master launcher)"),
+      make_adam(AdamFlavor::apex, false, "optim_adam_apex_v1",
+                "apex FusedAdam / TE FusedAdam (AdamFunctor): u = mhat/(sqrt(v/bc2) + eps) [+ wd p], inferred FMAs"),
+      make_sgd(),
+      make_lion(),
+      make_lamb(),
+      make_clip(),
+      make_scaler(),
+      make_bf16_copy(),
+      make_adafactor(),
+      make_muon(),
+  };
+  for (const auto& d : table) register_kernel(d);
+  return true;
+}();
 
 }  // namespace assay::kernels
