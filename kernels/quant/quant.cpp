@@ -11,8 +11,10 @@
 //   quant_fp8_v2      the same recipe for gran 1x128 / 128x128 with N % 4 == 0 (vectorized).
 //   quant_swizzle_v1  recipe "swizzle": the 128x4 scale-factor layout.
 //   quant_fake_quant_v1  recipe "fake_quant": the fp8 fields (tensor / channel) + clipped_ste.
-//   quant_gemm_v1     recipe "gemm": operands nvfp4 / mxfp8 / mxfp4 / deepseek / int, alpha. Inputs must be bf16 (x) / u8 (sf). Case fields and defaults follow
-// fixtures/quant.cpp.
+//   quant_gemm_v1     recipe "gemm": operands nvfp4 / mxfp8 / mxfp4 / deepseek / int, alpha. Inputs
+//                     must be bf16 (x) / u8 (sf).
+// Case fields are the golden's resolved ones (fixtures/quant.cpp reads them with its defaults):
+// no default is repeated here; the amax overrides are read only where the case sets them.
 #include <cuda_runtime.h>
 
 #include <set>
@@ -77,18 +79,18 @@ KernelDef make_nvfp4(bool recipes) {
   d.deterministic = true;
   d.can_implement = [recipes](const KernelCase& g) -> Support {
     const auto p = g.fields;
-    const std::string recipe = p.get_string("recipe", "nvfp4");
+    const std::string recipe = p.get_string("recipe");
     const std::string self = recipes ? "quant_nvfp4_recipes_v1" : "quant_nvfp4_v1";
     if (recipe != "nvfp4") return no("recipe '" + recipe + "' is not NVFP4");
-    const bool ao = p.get_int("ao", 0) != 0, rht = p.get_int("rht", 0) != 0, sr = p.get_int("sr", 0) != 0;
+    const bool ao = p.get_int("ao") != 0, rht = p.get_int("rht") != 0, sr = p.get_int("sr") != 0;
     if (!recipes && (ao || rht || sr))
       return no("torchao, RHT and stochastic rounding are quant_nvfp4_recipes_v1's (the tile kernel is TE RN)");
-    if (recipes && p.get_int("block_2d", 0)) return no("16x16 blocks are quant_nvfp4_v1's");
+    if (recipes && p.get_int("block_2d")) return no("16x16 blocks are quant_nvfp4_v1's");
     if (auto s = x_bf16(g); !s.ok) return s;
     const Shape& xs = g.input("x")->shape;
     if (!recipes && (xs[0] + 63) / 64 > 65535) return no("M too large for the tile grid (M <= 4194240)");
     if (recipes && rht && xs[0] % 16 != 0) return no("RHT needs M % 16 == 0");
-    const bool row = p.get_int("rowwise", 1) != 0, col = p.get_int("columnwise", 0) != 0;
+    const bool row = p.get_int("rowwise") != 0, col = p.get_int("columnwise") != 0;
     std::set<std::string> known;
     for (const auto& [on, dir] : {std::pair{row, std::string("_row")}, std::pair{col, std::string("_col")}}) {
       if (!on) continue;
@@ -114,15 +116,15 @@ KernelDef make_nvfp4(bool recipes) {
     a.x = static_cast<const uint16_t*>(x->data);
     a.M = x->shape[0];
     a.N = x->shape[1];
-    a.block_2d = c.params.get_int("block_2d", 0) != 0;
-    if (c.params.get_int("rowwise", 1) != 0) {
+    a.block_2d = c.params.get_int("block_2d") != 0;
+    if (c.params.get_int("rowwise") != 0) {
       a.q_row = out_ptr<uint8_t>(c, "q_row");
       a.packed_row = out_ptr<uint8_t>(c, "packed_row");
       a.scale_row = out_ptr<uint8_t>(c, "scale_row");
       a.amax_row = out_ptr<float>(c, "amax_row");
       a.xhat_row = out_ptr<float>(c, "xhat_row");
     }
-    if (c.params.get_int("columnwise", 0) != 0) {
+    if (c.params.get_int("columnwise") != 0) {
       a.q_col = out_ptr<uint8_t>(c, "q_col");
       a.packed_col = out_ptr<uint8_t>(c, "packed_col");
       a.scale_col = out_ptr<uint8_t>(c, "scale_col");
@@ -130,21 +132,21 @@ KernelDef make_nvfp4(bool recipes) {
       a.xhat_col = out_ptr<float>(c, "xhat_col");
     }
     a.amax_row_given = c.params.has("amax_row");
-    a.amax_row_value = static_cast<float>(c.params.get_double("amax_row", 0.0));
+    a.amax_row_value = a.amax_row_given ? static_cast<float>(c.params.get_double("amax_row")) : 0.0f;
     a.amax_col_given = c.params.has("amax_col");
-    a.amax_col_value = static_cast<float>(c.params.get_double("amax_col", 0.0));
+    a.amax_col_value = a.amax_col_given ? static_cast<float>(c.params.get_double("amax_col")) : 0.0f;
     const auto st = static_cast<cudaStream_t>(c.stream);
     if (!recipes) return cuda_result("quant_nvfp4_v1", quant_nvfp4_v1(a, st));
-    a.rht = c.params.get_int("rht", 0) != 0;
-    a.rht_sign_mask = static_cast<uint16_t>(c.params.get_int("rht_sign_mask", 0xD7E8));
-    if (c.params.get_int("sr", 0) != 0) {
+    a.rht = c.params.get_int("rht") != 0;
+    a.rht_sign_mask = static_cast<uint16_t>(c.params.get_int("rht_sign_mask"));
+    if (c.params.get_int("sr") != 0) {
       const DevTensor *rr = c.input("rbits_row"), *rc = c.input("rbits_col");
       a.rbits_row = rr ? static_cast<const uint8_t*>(rr->data) : nullptr;
       a.rbits_col = rc ? static_cast<const uint8_t*>(rc->data) : nullptr;
     }
-    a.ao = c.params.get_int("ao", 0) != 0;
-    a.ao_two_level = c.params.get_int("ao_two_level", 1) != 0;
-    a.ao_cuda_div = c.params.get_int("ao_cuda_div", 1) != 0;
+    a.ao = c.params.get_int("ao") != 0;
+    a.ao_two_level = c.params.get_int("ao_two_level") != 0;
+    a.ao_cuda_div = c.params.get_int("ao_cuda_div") != 0;
     return cuda_result("quant_nvfp4_recipes_v1", quant_nvfp4_recipes_v1(a, st));
   };
   return d;
@@ -163,16 +165,16 @@ KernelDef make_mx_v1() {
   d.deterministic = true;
   d.can_implement = [](const KernelCase& g) -> Support {
     const auto p = g.fields;
-    const std::string recipe = p.get_string("recipe", "nvfp4");
+    const std::string recipe = p.get_string("recipe");
     if (recipe != "mx") return no("recipe '" + recipe + "' is not MX");
-    const std::string el = p.get_string("elem", "e4m3"), rule = p.get_string("rule", "floor");
+    const std::string el = p.get_string("elem"), rule = p.get_string("rule");
     const int e = mx_elem(el);
     if (e < 0) return no("MX element '" + el + "' is outside this kernel (it takes e4m3, e5m2, e2m1)");
     if (rule != "floor" && rule != "rceil") return no("MX scale rule '" + rule + "' is outside this kernel");
     if (auto s = x_bf16(g); !s.ok) return s;
     if ((g.input("x")->shape[0] + 63) / 64 > 65535) return no("M too large for the tile grid (M <= 4194240)");
     const DType edt = e == 0 ? DType::e4m3 : e == 1 ? DType::e5m2 : DType::e2m1;
-    const bool row = p.get_int("rowwise", 1) != 0, col = p.get_int("columnwise", 0) != 0;
+    const bool row = p.get_int("rowwise") != 0, col = p.get_int("columnwise") != 0;
     std::set<std::string> known;
     for (const auto& [on, dir] : {std::pair{row, std::string("_row")}, std::pair{col, std::string("_col")}}) {
       if (!on) continue;
@@ -192,15 +194,15 @@ KernelDef make_mx_v1() {
     a.x = static_cast<const uint16_t*>(x->data);
     a.M = x->shape[0];
     a.N = x->shape[1];
-    a.elem = mx_elem(c.params.get_string("elem", "e4m3"));
-    a.rceil = c.params.get_string("rule", "floor") == "rceil";
-    if (c.params.get_int("rowwise", 1) != 0) {
+    a.elem = mx_elem(c.params.get_string("elem"));
+    a.rceil = c.params.get_string("rule") == "rceil";
+    if (c.params.get_int("rowwise") != 0) {
       a.q_row = out_ptr<uint8_t>(c, "q_row");
       a.packed_row = out_ptr<uint8_t>(c, "packed_row");
       a.scale_row = out_ptr<uint8_t>(c, "scale_row");
       a.xhat_row = out_ptr<float>(c, "xhat_row");
     }
-    if (c.params.get_int("columnwise", 0) != 0) {
+    if (c.params.get_int("columnwise") != 0) {
       a.q_col = out_ptr<uint8_t>(c, "q_col");
       a.packed_col = out_ptr<uint8_t>(c, "packed_col");
       a.scale_col = out_ptr<uint8_t>(c, "scale_col");
@@ -222,14 +224,14 @@ Fp8Args fp8_args(const CaseFields& p, const DevTensor* x) {
   a.x = static_cast<const uint16_t*>(x->data);
   a.M = x->shape[0];
   a.N = x->shape[1];
-  a.elem = p.get_string("elem", "e4m3") == "e5m2" ? 1 : 0;
-  a.satfinite = p.get_string("overflow", "sat") == "sat";
-  a.gran = fp8_gran(p.get_string("gran", "tensor"));
-  a.deepgemm = p.get_string("scale", "te") == "deepgemm";
-  a.pow2 = p.get_int("pow2", 0) != 0;
-  a.epsilon = static_cast<float>(p.get_double("epsilon", 0.0));
+  a.elem = p.get_string("elem") == "e5m2" ? 1 : 0;
+  a.satfinite = p.get_string("overflow") == "sat";
+  a.gran = fp8_gran(p.get_string("gran"));
+  a.deepgemm = p.get_string("scale") == "deepgemm";
+  a.pow2 = p.get_int("pow2") != 0;
+  a.epsilon = static_cast<float>(p.get_double("epsilon"));
   a.amax_given = a.gran == 0 && p.has("amax");
-  a.amax_value = static_cast<float>(p.get_double("amax", 0.0));
+  a.amax_value = a.amax_given ? static_cast<float>(p.get_double("amax")) : 0.0f;
   return a;
 }
 
@@ -246,10 +248,10 @@ KernelDef make_fp8(int version) {
   d.deterministic = true;
   d.can_implement = [version](const KernelCase& g) -> Support {
     const auto p = g.fields;
-    const std::string recipe = p.get_string("recipe", "nvfp4");
+    const std::string recipe = p.get_string("recipe");
     if (recipe != "fp8") return no("recipe '" + recipe + "' is not FP8 scaling (fake_quant and gemm are outside this kernel)");
-    const std::string el = p.get_string("elem", "e4m3"), ov = p.get_string("overflow", "sat");
-    const std::string gr = p.get_string("gran", "tensor"), sc = p.get_string("scale", "te");
+    const std::string el = p.get_string("elem"), ov = p.get_string("overflow");
+    const std::string gr = p.get_string("gran"), sc = p.get_string("scale");
     if (el != "e4m3" && el != "e5m2") return no("FP8 element '" + el + "' not supported");
     if (ov != "sat" && ov != "nonsat") return no("FP8 overflow '" + ov + "' not supported");
     if (fp8_gran(gr) < 0) return no("FP8 granularity '" + gr + "' is outside this kernel");
@@ -295,10 +297,10 @@ KernelDef make_fake_quant_v1() {
   d.deterministic = true;
   d.can_implement = [](const KernelCase& g) -> Support {
     const auto p = g.fields;
-    const std::string recipe = p.get_string("recipe", "nvfp4");
+    const std::string recipe = p.get_string("recipe");
     if (recipe != "fake_quant") return no("recipe '" + recipe + "' is not fake_quant");
-    const std::string el = p.get_string("elem", "e4m3"), gr = p.get_string("gran", "tensor");
-    const std::string ov = p.get_string("overflow", "sat"), sc = p.get_string("scale", "te");
+    const std::string el = p.get_string("elem"), gr = p.get_string("gran");
+    const std::string ov = p.get_string("overflow"), sc = p.get_string("scale");
     if (el != "e4m3" && el != "e5m2") return no("FP8 element '" + el + "' not supported");
     if (gr != "tensor" && gr != "channel") return no("fake-quant granularity is tensor or channel");
     if (ov != "sat" && ov != "nonsat") return no("FP8 overflow '" + ov + "' not supported");
@@ -317,7 +319,7 @@ KernelDef make_fake_quant_v1() {
     FakeQuantArgs a;
     a.q = fp8_args(c.params, x);
     a.dy = static_cast<const float*>(dy->data);
-    a.clipped_ste = c.params.get_int("clipped_ste", 0) != 0;
+    a.clipped_ste = c.params.get_int("clipped_ste") != 0;
     a.y = out_ptr<float>(c, "y");
     a.dx = out_ptr<float>(c, "dx");
     return cuda_result("quant_fake_quant_v1", quant_fake_quant_v1(a, static_cast<cudaStream_t>(c.stream)));
@@ -339,9 +341,9 @@ KernelDef make_gemm_v1() {
   d.deterministic = true;
   d.can_implement = [](const KernelCase& g) -> Support {
     const auto p = g.fields;
-    const std::string recipe = p.get_string("recipe", "nvfp4");
+    const std::string recipe = p.get_string("recipe");
     if (recipe != "gemm") return no("recipe '" + recipe + "' is not the block-scaled gemm");
-    const std::string ops = p.get_string("operands", "nvfp4");
+    const std::string ops = p.get_string("operands");
     const TensorSpec *a = g.input("a"), *b = g.input("b"), *sa = g.input("sa"), *sb = g.input("sb");
     if (!a || !b || !sa || !sb || a->shape.size() != 2 || b->shape.size() != 2 || sa->shape.size() != 2 ||
         sb->shape.size() != 2)
@@ -365,7 +367,7 @@ KernelDef make_gemm_v1() {
   d.launch = [](LaunchContext& c) -> std::string {
     const DevTensor *a = c.input("a"), *b = c.input("b"), *sa = c.input("sa"), *sb = c.input("sb"), *dd = c.output("d");
     if (!a || !b || !sa || !sb || !dd) return "quant_gemm_v1: missing tensors";
-    const std::string ops = c.params.get_string("operands", "nvfp4");
+    const std::string ops = c.params.get_string("operands");
     GemmArgs g;
     g.a = static_cast<const uint8_t*>(a->data);
     g.b = static_cast<const uint8_t*>(b->data);
@@ -378,7 +380,7 @@ KernelDef make_gemm_v1() {
     g.elem_type = gemm_elem_type(a->dtype);
     g.scale_type = gemm_scale_type(sa->dtype);
     g.sb_block128 = ops == "deepseek";
-    g.alpha = static_cast<float>(c.params.get_double("alpha", 1.0));
+    g.alpha = static_cast<float>(c.params.get_double("alpha"));
     if (ops == "nvfp4") {
       const DevTensor* al = c.input("alpha");
       g.alpha_dev = al ? static_cast<const float*>(al->data) : nullptr;
@@ -399,7 +401,7 @@ KernelDef make_swizzle_v1() {
   d.deterministic = true;
   d.can_implement = [](const KernelCase& g) -> Support {
     const auto p = g.fields;
-    const std::string recipe = p.get_string("recipe", "nvfp4");
+    const std::string recipe = p.get_string("recipe");
     if (recipe != "swizzle") return no("recipe '" + recipe + "' is not the standalone swizzle");
     const TensorSpec* sf = g.input("sf");
     if (!sf || sf->shape.size() != 2 || sf->dtype != DType::u8) return no("the case lacks a 2-D u8 input sf");
