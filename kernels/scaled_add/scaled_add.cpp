@@ -18,8 +18,8 @@ KernelDef make_scaled_add_v1() {
   d.launch = [](LaunchContext& c) -> std::string {
     const auto *x = c.input("x"), *y = c.input("y"), *out = c.output("out");
     if (!x || !y || !out) return "scaled_add_v1: the case lacks x, y or out";
-    const auto e = scaled_add_v1(x->data, y->data, out->data, static_cast<float>(c.params.get_double("alpha", 1.0)),
-                                 static_cast<float>(c.params.get_double("beta", 1.0)), out->numel(),
+    const auto e = scaled_add_v1(x->data, y->data, out->data, static_cast<float>(c.params.get_double("alpha")),
+                                 static_cast<float>(c.params.get_double("beta")), out->numel(),
                                  static_cast<cudaStream_t>(c.stream));
     return e == cudaSuccess ? std::string() : std::string("scaled_add_v1: ") + cudaGetErrorString(e);
   };
