@@ -109,14 +109,6 @@ class Bytes {
 // (Append only: the regression inputs index this list.)
 constexpr Elem kElems[] = {Elem::f64, Elem::f32, Elem::u8,  Elem::i8,  Elem::u16,
                            Elem::u32, Elem::i32, Elem::u64, Elem::i64, Elem::i16};
-size_t elem_bytes(Elem e) {
-  switch (e) {
-    case Elem::f64: case Elem::u64: case Elem::i64: return 8;
-    case Elem::f32: case Elem::u32: case Elem::i32: return 4;
-    case Elem::u16: case Elem::i16: return 2;
-    default: return 1;
-  }
-}
 bool elem_is_float(Elem e) { return e == Elem::f64 || e == Elem::f32; }
 
 // Valid dtype names, aliases included (reference/core/dtype.h parse_dtype).
@@ -172,7 +164,7 @@ double special(Bytes& in) {
 // golden's values (codes for integer storage), 1 perturbed, 2 raw input bytes, 3 specials at a few
 // positions, 4 a constant, 5 zeros.
 std::vector<uint8_t> make_values(Bytes& in, const assay::Output& o, Elem e, size_t n) {
-  const size_t eb = elem_bytes(e), m = o.expected.data.size();
+  const size_t eb = assay::h5::elem_size(e), m = o.expected.data.size();
   std::vector<uint8_t> buf(n * eb);
   const uint8_t mode = in.u8() % 6;
   if (mode == 2) {  // raw bytes, cycled
@@ -269,10 +261,10 @@ bool is_exact_copy(const assay::Output& out, Elem e, const assay::Shape& shape, 
   } else {
     const bool is_signed = e == Elem::i8 || e == Elem::i16 || e == Elem::i32 || e == Elem::i64;
     const bool d_signed = d == DType::i8 || d == DType::i32 || d == DType::i64;
-    if (elem_bytes(e) != static_cast<size_t>(di.storage_bytes)) return false;
+    if (assay::h5::elem_size(e) != static_cast<size_t>(di.storage_bytes)) return false;
     if (di.is_float ? dtype != di.name : !(dtype.empty() || dtype == di.name) || is_signed != d_signed) return false;
   }
-  const size_t eb = elem_bytes(e);
+  const size_t eb = assay::h5::elem_size(e);
   for (size_t i = 0; i * eb < values.size(); ++i) {
     const double y = golden_value(out, i);
     double x = 0;

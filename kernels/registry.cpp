@@ -13,27 +13,16 @@
 
 namespace assay::kernels {
 
-const TensorSpec* KernelCase::input(std::string_view n) const {
-  for (const auto& t : inputs)
+template <class T>
+static const T* by_name(const std::vector<T>& ts, std::string_view n) {
+  for (const auto& t : ts)
     if (t.name == n) return &t;
   return nullptr;
 }
-const TensorSpec* KernelCase::output(std::string_view n) const {
-  for (const auto& t : outputs)
-    if (t.name == n) return &t;
-  return nullptr;
-}
-
-const DevTensor* LaunchContext::input(std::string_view n) const {
-  for (const auto& t : inputs)
-    if (t.name == n) return &t;
-  return nullptr;
-}
-const DevTensor* LaunchContext::output(std::string_view n) const {
-  for (const auto& t : outputs)
-    if (t.name == n) return &t;
-  return nullptr;
-}
+const TensorSpec* KernelCase::input(std::string_view n) const { return by_name(inputs, n); }
+const TensorSpec* KernelCase::output(std::string_view n) const { return by_name(outputs, n); }
+const DevTensor* LaunchContext::input(std::string_view n) const { return by_name(inputs, n); }
+const DevTensor* LaunchContext::output(std::string_view n) const { return by_name(outputs, n); }
 
 namespace {
 std::mutex g_mu;

@@ -52,14 +52,6 @@ hid_t native(Elem e) {
   }
   return H5T_NATIVE_DOUBLE;
 }
-size_t elem_size(Elem e) {
-  switch (e) {
-    case Elem::f64: case Elem::u64: case Elem::i64: return 8;
-    case Elem::f32: case Elem::u32: case Elem::i32: return 4;
-    case Elem::u16: case Elem::i16: return 2;
-    default: return 1;
-  }
-}
 }  // namespace
 
 }  // namespace assay::h5
@@ -69,6 +61,15 @@ size_t elem_size(Elem e) {
 extern "C" void __sanitizer_set_death_callback(void (*)(void)) __attribute__((weak));
 
 namespace assay::h5 {
+
+size_t elem_size(Elem e) {
+  switch (e) {
+    case Elem::f64: case Elem::u64: case Elem::i64: return 8;
+    case Elem::f32: case Elem::u32: case Elem::i32: return 4;
+    case Elem::u16: case Elem::i16: return 2;
+    default: return 1;
+  }
+}
 
 std::recursive_mutex& library_mutex() {
   static std::recursive_mutex m;

@@ -49,6 +49,7 @@ class Handle {
 };
 
 enum class Elem { f64, f32, u8, i8, u16, i16, u32, i32, u64, i64 };
+size_t elem_size(Elem e);  // bytes per element
 
 struct DatasetInfo {
   std::vector<int64_t> shape;

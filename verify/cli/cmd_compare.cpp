@@ -49,19 +49,14 @@ int run_compare(const CompareOpts& o, const Common& common) {
     else fmt::print("Stale      {}/{}: {}\n", g.prov.op, g.prov.case_name, stale.reason);
     return exit_code(Verdict::Stale);
   }
-  // The candidate comes from anywhere: read it once in a child first (h5::probe_in_child).
-  const CandidateJudging how{o.profile, o.outputs, o.atol, o.rtol};
-  h5::probe_in_child(o.candidate, [&] {
-    TolerancePolicy p;
-    if (const auto f = std::filesystem::path(common.fixtures_dir) / (g.prov.op + ".toml"); std::filesystem::exists(f))
-      p.add_file(f.string());
-    (void)judge_candidate(g, p, h5::File::open_read(o.candidate), how);
-  });
-  const auto cand = h5::File::open_read(o.candidate);
   // Only this op's policy entries: another op's fixture file cannot break this comparison.
   TolerancePolicy policy;
   if (const auto f = std::filesystem::path(common.fixtures_dir) / (g.prov.op + ".toml"); std::filesystem::exists(f))
     policy.add_file(f.string());
+  // The candidate comes from anywhere: judge it once in a child first (h5::probe_in_child).
+  const CandidateJudging how{o.profile, o.outputs, o.atol, o.rtol};
+  h5::probe_in_child(o.candidate, [&] { (void)judge_candidate(g, policy, h5::File::open_read(o.candidate), how); });
+  const auto cand = h5::File::open_read(o.candidate);
   const auto res = judge_candidate(g, policy, cand, how);
   const auto& profile = res.profile;
   const auto& reports = res.reports;
