@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "reference/core/check.h"
+#include "verify/error_profile.h"
 
 namespace assay {
 
@@ -60,7 +61,7 @@ CandidateResult judge_candidate(const Golden& g, const TolerancePolicy& policy, 
   for (const auto& out : g.outputs) {
     if (!how.outputs.empty() && std::find(how.outputs.begin(), how.outputs.end(), out.expected.name) == how.outputs.end())
       continue;
-    const auto actual = read_candidate(cand, out);
+    auto actual = read_candidate(cand, out);
     if (how.atol >= 0 || how.rtol >= 0) {
       Tolerance tol = policy.lookup(g.prov.op, out.expected.name, out.expected.dtype, r.profile);
       tol.exact = false;
@@ -73,6 +74,8 @@ CandidateResult judge_candidate(const Golden& g, const TolerancePolicy& policy, 
     } else {
       r.reports.push_back(compare_with_policy(policy, g.prov.op, out, actual, r.profile));
     }
+    attach_error_profile(r.reports.back(), out, actual);
+    r.actual.push_back(std::move(actual));
     if (r.reports.back().verdict != Verdict::Passed) r.verdict = Verdict::Incorrect;
   }
   if (r.reports.empty())

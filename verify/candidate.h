@@ -35,6 +35,7 @@ struct CandidateResult {
   std::string profile;  // the profile judged under
   Verdict verdict = Verdict::Passed;
   std::vector<TensorReport> reports;  // one per compared output, golden order
+  std::vector<std::vector<double>> actual;  // the candidate's values (fp64), one per report
 };
 // Judges candidate file `cand` against golden `g` (already checked for staleness) under `policy`:
 // resolves the profile (an option and a different file attribute is an error; an undeclared

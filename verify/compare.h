@@ -12,6 +12,7 @@
 //   - an all-zero candidate where the golden is not all zero;
 //   - a constant candidate (n > 1) where the golden is not constant.
 #pragma once
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,8 @@
 #include "verify/verdict.h"
 
 namespace assay {
+
+struct ErrorProfile;  // verify/error_profile.h
 
 struct TensorReport {
   std::string name;
@@ -39,6 +42,9 @@ struct TensorReport {
   std::string hint;  // for a failure: the other profile(s) of the op under which it would pass
   Tolerance tol;
   Verdict verdict = Verdict::NotRun;
+  // Where the error lives (seq plot, heatmap, histogram): attached by the reports to a tensor that did
+  // not pass (attach_error_profile, verify/error_profile.h); null otherwise.
+  std::shared_ptr<const ErrorProfile> error_profile;
   std::string summary() const;  // one line
 };
 

@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "verify/error_profile.h"
+
 namespace assay {
 
 int RunReport::count(Verdict v) const {
@@ -23,7 +25,7 @@ int RunReport::exit_code() const {
 static nlohmann::json finite_or_null(double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr); }
 
 nlohmann::json tensor_json(const TensorReport& r) {
-  return {{"name", r.name}, {"dtype", name(r.dtype)}, {"shape", r.shape}, {"verdict", verdict_name(r.verdict)},
+  nlohmann::json j{{"name", r.name}, {"dtype", name(r.dtype)}, {"shape", r.shape}, {"verdict", verdict_name(r.verdict)},
           {"max_abs", finite_or_null(r.max_abs)}, {"max_rel", finite_or_null(r.max_rel)},
           {"rms_rel", finite_or_null(r.rms_rel)}, {"cosine", finite_or_null(r.cosine)},
           {"ulp_max", finite_or_null(r.ulp_max)}, {"ulp_p99", finite_or_null(r.ulp_p99)}, {"mismatches", r.mismatches},
@@ -33,6 +35,8 @@ nlohmann::json tensor_json(const TensorReport& r) {
           {"tolerance", {{"atol", r.tol.atol}, {"rtol", r.tol.rtol}, {"bound_k", r.tol.bound_k}, {"exact", r.tol.exact},
                          {"period", r.tol.period}, {"max_mismatch", r.tol.max_mismatch}, {"profile", r.tol.profile},
                          {"why", r.tol.why}, {"source", r.tol.source}}}};
+  if (r.error_profile) j["error_profile"] = to_json(*r.error_profile);
+  return j;
 }
 
 nlohmann::json to_json(const RunReport& r) {
@@ -133,6 +137,8 @@ void print_console(const RunReport& r, bool verbose) {
                r.device.value("driver", std::string("?")), r.device.value("cuda_runtime", std::string("?")),
                r.device.value("compute_capability", std::string("?")),
                r.sanitizer_version.empty() ? "" : " | " + r.sanitizer_version);
+  else if (r.tool == "compare")
+    fmt::print("assay compare: goldens {} (candidates computed elsewhere; no device needed)\n", r.golden_dir);
   else
     fmt::print("assay {}: NOT RUN: {}\n", r.tool, r.device_error);
   if (!r.shard.empty()) fmt::print("shard {}\n", r.shard);

@@ -8,6 +8,8 @@
 
 #include "reference/core/check.h"
 #include "verify/compare.h"
+#include "verify/compare_dir.h"
+#include "verify/error_profile.h"
 #include "verify/h5.h"
 #include "verify/runner_internal.h"
 #include "verify/sanitize.h"
@@ -118,6 +120,7 @@ void judge(CaseResult& cr, const Golden& g, const kernels::KernelDef& k, const s
     std::vector<double> a(c0.size());
     for (size_t i = 0; i < a.size(); ++i) a[i] = worker::decode_code(e.dtype, c0[i]);
     cr.tensors.push_back(compare_with_policy(policy, g.prov.op, o, a, k.profile));
+    attach_error_profile(cr.tensors.back(), o, a);
     const Tolerance tol = cr.tensors.back().tol;
     all_ok = all_ok && cr.tensors.back().verdict == Verdict::Passed;
     for (int r = 1; r < runs; ++r) {
@@ -139,14 +142,7 @@ void judge(CaseResult& cr, const Golden& g, const kernels::KernelDef& k, const s
   for (const auto& d : diffs) cr.findings.push_back((k.deterministic ? "nondeterministic: " : "(declared nondeterministic) ") + d);
   if (!all_ok) {
     cr.verdict = Verdict::Incorrect;
-    for (const auto& t : cr.tensors)
-      if (t.verdict != Verdict::Passed) {
-        cr.reason = fmt::format("'{}': {} mismatches{}{}{}", t.name, t.mismatches,
-                                t.first_bad >= 0 ? " first " + t.first_bad_index : std::string(),
-                                t.never_pass.empty() ? std::string() : " NEVER-PASS: " + t.never_pass.front(),
-                                t.hint.empty() ? std::string() : "; " + t.hint);
-        break;
-      }
+    cr.reason = incorrect_reason(cr.tensors);
   } else if (!diffs.empty() && k.deterministic) {
     cr.verdict = Verdict::Incorrect;
     cr.reason = "not bitwise reproducible: " + diffs.front();

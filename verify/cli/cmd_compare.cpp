@@ -1,6 +1,8 @@
 // assay compare GOLDEN CANDIDATE: checks a candidate HDF5 (outputs under the golden's names, as
 // /outputs/<name> or /<name>) against a golden. This is how Python, Triton, TileLang and CuTe
 // kernels are checked: read the golden's /inputs, run the kernel, write the candidate, compare.
+// assay compare --golden-dir D --candidate-dir C: every golden of D against C/<same path>
+// (verify/compare_dir.h), with the reports of `assay verify` (--json-file, --junit, --html).
 //
 // The candidate is judged under a precision profile (verify/tolerance.h): `--profile P`, else the
 // candidate's root attribute `precision_profile`, else "strict"; both given and different is an
@@ -17,13 +19,17 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "assay_build.h"
+#include "assay_git_rev.h"
 #include "reference/core/check.h"
 #include "verify/cli/cli.h"
 #include "verify/candidate.h"
 #include "verify/compare.h"
+#include "verify/compare_dir.h"
 #include "verify/golden.h"
 #include "verify/h5.h"
 #include "verify/report.h"
+#include "verify/report_html.h"
 #include "verify/stale.h"
 
 namespace assay::cli {
@@ -31,22 +37,78 @@ namespace {
 
 struct CompareOpts {
   std::string golden, candidate;
+  std::string golden_dir, candidate_dir, name, work_dir;
+  std::vector<std::string> case_globs;
   std::vector<std::string> outputs;
   bool no_fixture_check = false;
   double atol = -1, rtol = -1;
   std::string profile;
+  std::string json_file, junit_file, html_file;
+  bool verbose = false;
 };
 
+// The report files (--json-file, --junit, --html), each written whole or not at all.
+void write_reports(const RunReport& r, const CompareOpts& o) {
+  if (!o.json_file.empty()) write_text_file(o.json_file, to_json(r).dump(2) + "\n");
+  if (!o.junit_file.empty()) write_text_file(o.junit_file, to_junit(r));
+  if (!o.html_file.empty()) write_text_file(o.html_file, to_html(r));
+}
+
+int run_compare_dirs(const CompareOpts& o, const Common& common) {
+  if (!o.golden.empty() || !o.candidate.empty())
+    throw InputError("compare: give GOLDEN CANDIDATE or --golden-dir with --candidate-dir, not both");
+  if (o.golden_dir.empty() || o.candidate_dir.empty())
+    throw InputError(fmt::format("compare: --{} needs --{}", o.golden_dir.empty() ? "candidate-dir" : "golden-dir",
+                                 o.golden_dir.empty() ? "golden-dir" : "candidate-dir"));
+  CompareDirOptions d;
+  d.golden_dir = o.golden_dir;
+  d.candidate_dir = o.candidate_dir;
+  d.case_globs = o.case_globs;
+  d.fixtures_dir = common.fixtures_dir;
+  d.fixture_check = !o.no_fixture_check;
+  d.work_dir = o.work_dir;
+  d.name = o.name;
+  d.how = CandidateJudging{o.profile, o.outputs, o.atol, o.rtol};
+  RunReport r = compare_dirs(d);
+  r.assay_version = ASSAY_VERSION;
+  r.git_rev = ASSAY_GIT_REV;
+  if (common.json) std::cout << to_json(r).dump(2) << "\n";
+  else print_console(r, o.verbose);
+  write_reports(r, o);
+  return r.exit_code();
+}
+
 int run_compare(const CompareOpts& o, const Common& common) {
+  if (!o.golden_dir.empty() || !o.candidate_dir.empty()) return run_compare_dirs(o, common);
+  if (o.golden.empty() || o.candidate.empty())
+    throw InputError("compare: give GOLDEN CANDIDATE, or --golden-dir DIR --candidate-dir DIR");
+  if (!o.case_globs.empty() || !o.name.empty())
+    throw InputError(fmt::format("compare: {} applies to --golden-dir only", o.case_globs.empty() ? "--name" : "--case"));
   const Golden g = read_golden(o.golden);
   const auto stale = check_stale(g, o.no_fixture_check ? "" : common.fixtures_dir);
   nlohmann::json js{{"golden", o.golden}, {"candidate", o.candidate}, {"op", g.prov.op}, {"case", g.prov.case_name},
                     {"fixture_checked", !o.no_fixture_check}};
+  RunReport rep;
+  rep.tool = "compare";
+  rep.assay_version = ASSAY_VERSION;
+  rep.git_rev = ASSAY_GIT_REV;
+  rep.golden_dir = std::filesystem::path(o.golden).parent_path().string();
+  rep.fixtures_dir = common.fixtures_dir;
+  rep.fixture_checked = !o.no_fixture_check;
   if (stale.stale) {
     js["verdict"] = verdict_name(Verdict::Stale);
     js["reason"] = stale.reason;
     if (common.json) std::cout << js.dump(2) << "\n";
     else fmt::print("Stale      {}/{}: {}\n", g.prov.op, g.prov.case_name, stale.reason);
+    CaseResult cr;
+    cr.kernel = o.candidate;
+    cr.op = g.prov.op;
+    cr.case_name = g.prov.case_name;
+    cr.golden = o.golden;
+    cr.verdict = Verdict::Stale;
+    cr.reason = stale.reason;
+    rep.cases.push_back(cr);
+    write_reports(rep, o);
     return exit_code(Verdict::Stale);
   }
   // Only this op's policy entries: another op's fixture file cannot break this comparison.
@@ -62,16 +124,22 @@ int run_compare(const CompareOpts& o, const Common& common) {
   const auto& reports = res.reports;
   const Verdict verdict = res.verdict;
   js["profile"] = profile;
+  // The report files, and a repro bundle of an Incorrect case when --work-dir is given.
+  rep.cases.push_back(case_result(g, res, o.candidate, o.golden, o.work_dir));
   if (common.json) {
     js["verdict"] = verdict_name(verdict);
     for (const auto& r : reports) js["tensors"].push_back(tensor_json(r));
+    if (!rep.cases.back().repro.empty()) js["repro"] = rep.cases.back().repro;
     std::cout << js.dump(2) << "\n";
   } else {
     fmt::print("{}/{}: golden {} vs candidate {} (profile {}){}\n", g.prov.op, g.prov.case_name, o.golden, o.candidate,
                profile, o.no_fixture_check ? " (fixture not checked: --no-fixture-check)" : "");
     for (const auto& r : reports) fmt::print("  {}\n    tolerance {}: {}\n", r.summary(), r.tol.source, r.tol.why);
+    for (const auto& f : rep.cases.back().findings) fmt::print("  {}\n", f);
+    if (!rep.cases.back().repro.empty()) fmt::print("  repro bundle: {}\n", rep.cases.back().repro);
     fmt::print("{} {}/{}\n", verdict_name(verdict), g.prov.op, g.prov.case_name);
   }
+  write_reports(rep, o);
   return exit_code(verdict);
 }
 
@@ -79,10 +147,20 @@ int run_compare(const CompareOpts& o, const Common& common) {
 
 void add_compare(CLI::App& app, Common& common, int& rc) {
   auto o = std::make_shared<CompareOpts>();
-  auto* s = app.add_subcommand("compare", "Compare a candidate HDF5 (a kernel's outputs) with a golden");
-  s->add_option("golden", o->golden, "Golden .h5")->required();
-  s->add_option("candidate", o->candidate, "Candidate .h5 with /outputs/<name> datasets")->required();
-  s->add_option("--output", o->outputs, "Compare only these outputs");
+  auto* s = app.add_subcommand("compare", "Compare candidate HDF5 files (a kernel's outputs) with goldens");
+  s->add_option("golden", o->golden, "Golden .h5");
+  s->add_option("candidate", o->candidate, "Candidate .h5 with /outputs/<name> datasets");
+  s->add_option("--golden-dir", o->golden_dir, "Every golden under this directory (recursive) ...");
+  s->add_option("--candidate-dir", o->candidate_dir,
+                "... against the candidate at the same relative path here (<case>.error: the producer failed)");
+  // One value per flag (repeat the flag), so that the positionals after it stay positionals.
+  s->add_option("--case", o->case_globs, "With --golden-dir: only cases whose name matches (glob; repeatable)")
+      ->type_size(1)->allow_extra_args(false);
+  s->add_option("--name", o->name, "With --golden-dir: the name of the kernel in the reports (default: the candidate directory's)");
+  s->add_option("--work-dir", o->work_dir,
+                "Repro bundles of Incorrect cases (default with --golden-dir: <candidate-dir>/../repro; single pair: none)");
+  s->add_option("--output", o->outputs, "Compare only this output (repeatable)")
+      ->type_size(1)->allow_extra_args(false);
   s->add_option("--fixtures", common.fixtures_dir, "Fixtures directory (staleness check and tolerance policy)")->check(CLI::ExistingDirectory);
   s->add_flag("--no-fixture-check", o->no_fixture_check, "Skip regenerating inputs from the fixture (hashes still checked)");
   s->add_option("--profile", o->profile, "The kernel's precision profile (default: the candidate's precision_profile attribute, else strict)");
@@ -91,6 +169,10 @@ void add_compare(CLI::App& app, Common& common, int& rc) {
   s->add_option("--rtol", o->rtol, "Override the selected entry's relative tolerance (bound_k and period stay)")
       ->check(kFiniteNonNegative);
   s->add_flag("--json", common.json, "JSON report on stdout");
+  s->add_option("--json-file", o->json_file, "Also write the JSON report (the format of assay verify) to this file");
+  s->add_option("--junit", o->junit_file, "Also write a JUnit XML report to this file");
+  s->add_option("--html", o->html_file, "Also write a self-contained HTML report with error plots to this file");
+  s->add_flag("-v,--verbose", o->verbose, "With --golden-dir: every tensor's metrics");
   s->callback([o, &common, &rc] { rc = run_compare(*o, common); });
 }
 

@@ -1,4 +1,10 @@
 // assay inspect FILE...: what a golden holds (provenance, inputs, outputs, bounds, intermediates).
+// --decode OUT: the C++ codecs' fp64 values of every input's storage codes (/inputs/<name>) and the
+// expected outputs (/expected/<name>), for checking another decoder (python/assay) bit for bit.
+// OUT is the file (one golden, OUT ends in .h5) or a directory that gets OUT/<op>/<case>.h5.
+#include <unistd.h>
+
+#include <filesystem>
 #include <iostream>
 #include <memory>
 
@@ -8,7 +14,9 @@
 #include <nlohmann/json.hpp>
 
 #include "verify/cli/cli.h"
+#include "reference/core/check.h"
 #include "verify/golden.h"
+#include "verify/h5.h"
 #include "verify/verdict.h"
 
 namespace assay::cli {
@@ -81,6 +89,33 @@ void print(const std::string& path, const Golden& g) {
   }
 }
 
+void write_decoded(const std::string& out, const Golden& g) {
+  namespace fs = std::filesystem;
+  if (fs::path(out).has_parent_path()) fs::create_directories(fs::path(out).parent_path());
+  const std::string tmp = out + ".tmp." + std::to_string(::getpid());
+  try {
+    auto f = h5::File::create(tmp);
+    f.set_attr("/", "op", g.prov.op);
+    f.set_attr("/", "case", g.prov.case_name);
+    f.create_group("/inputs");
+    f.create_group("/expected");
+    for (const auto& t : g.inputs) {
+      f.write("/inputs/" + t.name, h5::Elem::f64, t.shape, t.data.data());
+      f.set_attr("/inputs/" + t.name, "dtype", std::string(name(t.dtype)));
+    }
+    for (const auto& o : g.outputs) {
+      f.write("/expected/" + o.expected.name, h5::Elem::f64, o.expected.shape, o.expected.data.data());
+      f.set_attr("/expected/" + o.expected.name, "dtype", std::string(name(o.expected.dtype)));
+    }
+    f.close();
+  } catch (...) {
+    std::error_code ec;
+    fs::remove(tmp, ec);
+    throw;
+  }
+  fs::rename(tmp, out);
+}
+
 }  // namespace
 
 void add_inspect(CLI::App& app, Common& common, int& rc) {
@@ -88,12 +123,27 @@ void add_inspect(CLI::App& app, Common& common, int& rc) {
   auto* s = app.add_subcommand("inspect", "Show the cases, shapes, dtypes and provenance of goldens");
   s->add_option("files", *files, "Golden .h5 files")->required();
   s->add_flag("--json", common.json, "JSON on stdout");
-  s->callback([files, &common, &rc] {
+  auto decode = std::make_shared<std::string>();
+  s->add_option("--decode", *decode,
+                "Write the decoded fp64 inputs and expected outputs: to this .h5 (one golden) or DIR/<op>/<case>.h5");
+  s->callback([files, decode, &common, &rc] {
+    namespace fs = std::filesystem;
+    const bool one_file = decode->size() > 3 && decode->substr(decode->size() - 3) == ".h5";
+    if (one_file && files->size() != 1)
+      throw InputError(fmt::format("--decode {}: a .h5 target takes one golden ({} given); give a directory", *decode, files->size()));
     nlohmann::json all = nlohmann::json::array();
     for (const auto& f : *files) {
       const auto g = read_golden(f);
+      if (!decode->empty()) {
+        write_decoded(one_file ? *decode : (fs::path(*decode) / g.prov.op / (g.prov.case_name + ".h5")).string(), g);
+        continue;
+      }
       if (common.json) all.push_back(to_json(f, g));
       else print(f, g);
+    }
+    if (!decode->empty()) {
+      rc = kExitPass;
+      return;
     }
     if (common.json) std::cout << all.dump(2) << "\n";
     rc = kExitPass;

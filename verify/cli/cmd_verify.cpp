@@ -12,6 +12,7 @@
 #include "assay_git_rev.h"
 #include "reference/core/check.h"
 #include "verify/cli/cli.h"
+#include "verify/report_html.h"
 #include "verify/runner.h"
 #include "verify/sanitize.h"
 #include "verify/worker.h"
@@ -34,7 +35,7 @@ namespace assay::cli {
 
 struct VerifyCli {
   VerifyOptions o;
-  std::string json_file, junit_file;
+  std::string json_file, junit_file, html_file;
   bool list = false;
 };
 
@@ -53,8 +54,9 @@ int run_verify_cli(VerifyCli& v, const Common& common) {
   r.git_rev = ASSAY_GIT_REV;
   if (common.json) std::cout << to_json(r).dump(2) << "\n";
   else print_console(r, v.o.verbose);
-  if (!v.json_file.empty()) std::ofstream(v.json_file) << to_json(r).dump(2) << "\n";
-  if (!v.junit_file.empty()) std::ofstream(v.junit_file) << to_junit(r);
+  if (!v.json_file.empty()) write_text_file(v.json_file, to_json(r).dump(2) + "\n");
+  if (!v.junit_file.empty()) write_text_file(v.junit_file, to_junit(r));
+  if (!v.html_file.empty()) write_text_file(v.html_file, to_html(r));
   if (r.cases.empty()) {
     std::cerr << "assay: no (kernel, golden) pair selected: nothing ran\n";
     return kExitCouldNotRun;
@@ -81,6 +83,7 @@ void add_run_options(CLI::App* s, VerifyCli& v, Common& common) {
   s->add_flag("--json", common.json, "JSON report on stdout");
   s->add_option("--json-file", v.json_file, "Also write the JSON report to this file");
   s->add_option("--junit", v.junit_file, "Also write a JUnit XML report to this file");
+  s->add_option("--html", v.html_file, "Also write a self-contained HTML report with error plots to this file");
   s->add_flag("-v,--verbose", o.verbose, "Progress on stderr and every tensor's metrics");
 }
 

@@ -1,0 +1,247 @@
+# assay.check: runs a Python kernel over every golden of an op, writes one candidate per case, and
+# has the C++ binary judge them all in one `assay compare --golden-dir` call (the element rule lives
+# only in C++). Kernel exceptions become Failed cases, never a crash of the run.
+"""Check a Python kernel against the goldens of an op.
+
+>>> report = assay.check("scaled_add", lambda g: {"out": g.case["alpha"] * g.inputs_f64["x"]
+...                                                      + g.case["beta"] * g.inputs_f64["y"]})
+>>> report.passed
+True
+"""
+from __future__ import annotations
+
+import fnmatch
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import candidate
+from .errors import AssayError
+from .golden import open as open_golden
+
+__all__ = ["CheckReport", "check", "find_binary", "repo_root"]
+
+LEVELS = ("L0", "L1", "L2")
+
+
+def repo_root() -> Path:
+    """The assay checkout this package lives in (the directory holding ``python/``)."""
+    return Path(__file__).resolve().parents[2]
+
+
+def find_binary(assay_bin=None) -> str:
+    """The ``assay`` binary: ``assay_bin``, else ``$ASSAY_BIN``, else ``<repo>/build/bin/assay``, else
+    ``assay`` on PATH. AssayError saying how to build it when there is none."""
+    for cand, what in ((assay_bin, "assay_bin"), (os.environ.get("ASSAY_BIN"), "ASSAY_BIN")):
+        if cand:
+            if os.path.isfile(cand) and os.access(cand, os.X_OK):
+                return os.fspath(cand)
+            raise AssayError(f"{what}={cand}: no such executable (build it: scripts/test, or "
+                             f"cmake -S . -B build && cmake --build build --target assay)")
+    default = repo_root() / "build" / "bin" / "assay"
+    if default.is_file() and os.access(default, os.X_OK):
+        return str(default)
+    found = shutil.which("assay")
+    if found:
+        return found
+    raise AssayError(f"the assay binary is missing ({default} and none on PATH): build it with scripts/test, or "
+                     f"cmake -S {repo_root()} -B build && cmake --build build --target assay, or set ASSAY_BIN")
+
+
+@dataclass
+class CheckReport:
+    """The result of :func:`check`.
+
+    ``rows``: (case, verdict, reason) per golden case; ``exit_code``: the compare exit code (0 all
+    passed, 1 any Incorrect/Failed/Hung, 2 any Stale, 125 none passed); ``json``: the parsed
+    report; ``json_path``, ``html_path`` (None with ``html=False``), ``junit_path``; ``candidate_dir``.
+    """
+
+    op: str
+    rows: list = field(default_factory=list)
+    exit_code: int = 0
+    json: dict = field(default_factory=dict)
+    json_path: str = ""
+    html_path: str | None = None
+    junit_path: str = ""
+    candidate_dir: str = ""
+
+    @property
+    def passed(self) -> bool:
+        """True when every case passed (exit code 0)."""
+        return self.exit_code == 0
+
+    def verdicts(self) -> dict:
+        """case -> verdict."""
+        return {c: v for c, v, _ in self.rows}
+
+    def __str__(self) -> str:
+        w = max([len("case")] + [len(c) for c, _, _ in self.rows])
+        lines = [f"{'case':<{w}}  {'verdict':<12}  reason", f"{'-' * w}  {'-' * 12}  {'-' * 6}"]
+        for c, v, r in self.rows:
+            lines.append(f"{c:<{w}}  {v:<12}  {r}".rstrip())
+        counts = {}
+        for _, v, _ in self.rows:
+            counts[v] = counts.get(v, 0) + 1
+        summary = ", ".join(f"{n} {v}" for v, n in counts.items()) or "no cases"
+        lines.append(f"{self.op}: {summary}; exit {self.exit_code}")
+        lines.append(f"report: {self.json_path}" + (f"  html: {self.html_path}" if self.html_path else "")
+                     + f"  junit: {self.junit_path}")
+        return "\n".join(lines)
+
+
+def _golden_dir(op: str, level: str, cases: str, golden_dir, binary_getter) -> Path:
+    if golden_dir is not None:
+        d = Path(golden_dir)
+        if not d.is_dir():
+            raise AssayError(f"golden_dir {d}: no such directory")
+        return d
+    if level == "L0":
+        root = Path(os.environ.get("ASSAY_GOLDEN_DIR") or repo_root() / "golden")
+        d = root / op
+        if not d.is_dir():
+            ops = sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+            raise AssayError(f"unknown op '{op}': no golden directory {d} (ops: {', '.join(ops) or 'none'})")
+        return d
+    out = repo_root() / "build" / f"golden-{level}"
+    d = out / op
+    if not _matching(d, cases):
+        for g in _globs(cases):  # gen takes one --case glob
+            cmd = [binary_getter(), "gen", "--op", op, "--level", level, "--case", g, "--out", str(out)]
+            p = subprocess.run(cmd, capture_output=True, text=True)
+            if p.returncode != 0:
+                raise AssayError(f"{' '.join(cmd)} exited {p.returncode}: {_first_line(p.stderr or p.stdout)}")
+    return d
+
+
+def _globs(cases) -> list:
+    """``cases`` as a list of globs: one glob string, or a list / tuple of them."""
+    globs = [cases] if isinstance(cases, str) else list(cases)
+    if not globs or not all(isinstance(g, str) and g for g in globs):
+        raise AssayError(f"cases {cases!r}: expected a glob or a list of globs")
+    return globs
+
+
+def _matching(d: Path, cases) -> list:
+    if not d.is_dir():
+        return []
+    globs = _globs(cases)
+    return sorted(p for p in glob.glob(str(d / "*.h5")) if any(fnmatch.fnmatchcase(Path(p).stem, g) for g in globs))
+
+
+def _case_args(cases) -> list:
+    return [a for g in _globs(cases) for a in ("--case", g)]
+
+
+def _first_line(s: str) -> str:
+    for line in (s or "").splitlines():
+        if line.strip():
+            return line.strip()
+    return "(no message)"
+
+
+def _fn_name(fn) -> str:
+    mod = getattr(fn, "__module__", None) or "?"
+    return f"{mod}:{getattr(fn, '__qualname__', None) or getattr(fn, '__name__', repr(fn))}"
+
+
+def _write_error(path: Path, exc: BaseException, what: str):
+    summary = " ".join(f"{type(exc).__name__}: {exc}".split("\n"))
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    path.write_text(f"{summary} ({what})\n\n{tb}")
+
+
+def check(op: str, fn, cases="*", level: str = "L0", profile: str | None = None, out="build/check",
+          golden_dir=None, html: bool = True, assay_bin=None, quiet: bool = False) -> CheckReport:
+    """Runs ``fn(golden)`` on every golden of ``op`` whose case name matches ``cases`` (a glob or a
+    list of globs) and
+    judges the outputs with ``assay compare --golden-dir`` (one call).
+
+    ``fn`` returns a dict output name -> array (numpy, torch, jax, cupy), or a tuple
+    ``(outputs, intermediates)``. Goldens: ``golden_dir``, else ``<repo>/golden/<op>`` for L0
+    (``$ASSAY_GOLDEN_DIR/<op>`` when set), else ``<repo>/build/golden-<level>/<op>``, generated
+    with ``assay gen`` when no case matches there. Candidates go to ``<out>/<op>/candidates/<case>.h5``;
+    an exception of ``fn`` (or of writing its candidate) goes to ``<case>.error`` with its traceback
+    and the case is Failed. The report (JSON, JUnit, HTML unless ``html=False``) is written under
+    ``<out>/<op>/``, the verdict table printed unless ``quiet``.
+
+    Never raises for a failing kernel; AssayError for usage errors: an unknown op or level, no
+    golden matching ``cases``, the binary missing, or the binary refusing the run (its message).
+    """
+    if level not in LEVELS:
+        raise AssayError(f"level '{level}': expected one of {', '.join(LEVELS)}")
+    if not callable(fn):
+        raise AssayError(f"fn: {fn!r} is not callable")
+    if not op or "/" in op or op.startswith("."):
+        raise AssayError(f"op '{op}': not an op name")
+    binary = None
+
+    def get_binary():
+        nonlocal binary
+        binary = binary or find_binary(assay_bin)
+        return binary
+
+    gdir = _golden_dir(op, level, cases, golden_dir, get_binary)
+    goldens = _matching(gdir, cases)
+    if not goldens:
+        raise AssayError(f"cases {cases!r} match no golden in {gdir}")
+    get_binary()
+
+    odir = Path(out) / op
+    cdir = odir / "candidates"
+    try:
+        cdir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise AssayError(f"out {out}: cannot create {cdir} ({e.strerror})") from None
+    name = _fn_name(fn)
+    for gpath in goldens:
+        case = Path(gpath).stem
+        cand, err = cdir / f"{case}.h5", cdir / f"{case}.error"
+        for stale in (cand, err):
+            stale.unlink(missing_ok=True)
+        golden = open_golden(gpath)
+        try:
+            result = fn(golden)
+        except Exception as e:  # the kernel's failure is the case's verdict
+            _write_error(err, e, f"raised by {name}")
+            continue
+        try:
+            outputs, inter = result if isinstance(result, tuple) and len(result) == 2 else (result, None)
+            candidate.write(cand, golden, outputs, precision_profile=profile, intermediates=inter)
+        except Exception as e:
+            _write_error(err, e, f"writing the candidate of {name}")
+
+    json_path, junit_path = odir / "report.json", odir / "junit.xml"
+    html_path = odir / "report.html" if html else None
+    for p in (json_path, junit_path, html_path):
+        if p is not None:
+            p.unlink(missing_ok=True)
+    cmd = [binary, "compare", "--golden-dir", str(gdir), "--candidate-dir", str(cdir), *_case_args(cases),
+           "--name", name, "--json-file", str(json_path), "--junit", str(junit_path), "--work-dir", str(odir / "repro")]
+    if html_path is not None:
+        cmd += ["--html", str(html_path)]
+    if profile:
+        cmd += ["--profile", profile]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    report_json = None
+    if json_path.is_file():
+        try:
+            report_json = json.loads(json_path.read_text())
+        except json.JSONDecodeError:
+            report_json = None
+    if report_json is None or not report_json.get("cases"):
+        raise AssayError(f"assay compare exited {p.returncode}: {_first_line(p.stderr or p.stdout)}")
+    rows = [(c.get("case", "?"), c.get("verdict", "?"), " ".join(str(c.get("reason", "")).split()))
+            for c in report_json["cases"]]
+    rep = CheckReport(op=op, rows=rows, exit_code=p.returncode, json=report_json, json_path=str(json_path),
+                      html_path=str(html_path) if html_path is not None else None, junit_path=str(junit_path),
+                      candidate_dir=str(cdir))
+    if not quiet:
+        print(rep, file=sys.stdout, flush=True)
+    return rep

@@ -1,0 +1,243 @@
+# assay.golden: reads a golden HDF5 file (golden/SCHEMA.md) with h5py: provenance, resolved case
+# fields, inputs in their storage dtype (bit-level views of the stored codes), fp64 expected values.
+"""Read an assay golden file.
+
+>>> g = assay.golden.open("golden/scaled_add/int_exact.h5")
+>>> g.case["alpha"], g.inputs["x"].dtype, g.expected["out"].shape
+(0.5, dtype(bfloat16), (2, 65, 80))
+"""
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+import h5py
+import numpy as np
+
+from . import dtypes
+from .errors import AssayError
+
+__all__ = ["Golden", "OutputSpec", "open"]
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    """One golden output: ``name``, ``dtype`` (the kernel-facing dtype name, e.g. ``"bf16"``),
+    ``shape``, ``axes`` (tuple of axis names) and ``allow_nonfinite``."""
+
+    name: str
+    dtype: str
+    shape: tuple
+    axes: tuple
+    allow_nonfinite: bool
+
+
+def _str(v) -> str:
+    if isinstance(v, (bytes, np.bytes_)):
+        return bytes(v).decode("utf-8", "replace")
+    return str(v)
+
+
+def _attr_value(v):
+    """An HDF5 attribute as a plain Python value: strings decoded, numpy scalars unwrapped, a 1-byte
+    integer as bool, 1-D arrays as lists, a null dataspace as an empty list."""
+    if isinstance(v, h5py.Empty):
+        return []
+    if isinstance(v, (bytes, np.bytes_, str)):
+        return _str(v)
+    if isinstance(v, np.ndarray):
+        if v.dtype.kind in "SUO":
+            return [_str(x) for x in v.reshape(-1)]
+        return [_attr_value(x) for x in v.reshape(-1)]
+    if isinstance(v, np.generic):
+        if v.dtype == np.bool_ or (v.dtype.kind in "iu" and v.dtype.itemsize == 1):
+            return bool(v)  # a 1-byte integer is a bool, as verify/h5.cpp reads it
+        if v.dtype.kind in "iu":
+            return int(v)
+        if v.dtype.kind == "f":
+            return float(v)
+    return v
+
+
+def _attrs(obj, where: str) -> dict:
+    out = {}
+    for k in obj.attrs:
+        try:
+            out[k] = _attr_value(obj.attrs[k])
+        except (OSError, TypeError, ValueError) as e:
+            raise AssayError(f"{where}: attribute {k}: cannot be read ({e})") from None
+    return out
+
+
+def _axes(ds) -> tuple:
+    a = _str(ds.attrs.get("axes", b""))
+    return tuple(x for x in a.split(",") if x) if a else ()
+
+
+class _LazyArrays(Mapping):
+    """name -> float64 array of one group, read from the file on first access."""
+
+    def __init__(self, path: str, group: str, names: list[str]):
+        self._path, self._group, self._names, self._cache = path, group, names, {}
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self._names:
+            raise KeyError(name)
+        if name not in self._cache:
+            with h5py.File(self._path, "r") as f:
+                self._cache[name] = np.asarray(f[self._group][name][()], dtype=np.float64)
+        return self._cache[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def __repr__(self) -> str:
+        return f"<{self._group} of {self._path}: {', '.join(self._names)}>"
+
+
+class Golden:
+    """One golden file, read whole (intermediates lazily).
+
+    Attributes:
+      path, op, case_name, level: the file and its op, case and level.
+      provenance: every root attribute (strings decoded, ``oracle_agreement`` parsed from JSON).
+      case: the resolved case fields (``/case`` attributes) as int, float, bool, str or list.
+      inputs: name -> numpy array in its storage dtype (``ml_dtypes.bfloat16``, ``np.float32``, ...),
+        a bit-level view of the stored codes.
+      input_dtypes: name -> assay dtype name (``"bf16"``).
+      inputs_f64: name -> the inputs' exact float64 values.
+      expected: name -> float64 truth. outputs: name -> OutputSpec.
+      axes: name -> tuple of axis names (inputs and outputs).
+      intermediates: name -> float64 array (read on first access).
+    """
+
+    def __init__(self, path):
+        self.path = os.fspath(path)
+        p = self.path
+        if not os.path.exists(p):
+            raise AssayError(f"{p}: no such file")
+        if not os.path.isfile(p):
+            raise AssayError(f"{p}: not a regular file")
+        try:
+            f = h5py.File(p, "r")
+        except (OSError, ValueError):
+            raise AssayError(f"{p}: not an HDF5 file (or unreadable)") from None
+        with f:
+            try:
+                self._read(f, p)
+            except AssayError:
+                raise
+            except (OSError, KeyError, TypeError, ValueError) as e:  # a damaged file h5py cannot read
+                raise AssayError(f"{p}: malformed golden ({type(e).__name__}: {e})") from None
+        self._f64 = None
+
+    def _read(self, f, p: str):
+        """Reads everything but the intermediates' values from the open file ``f`` (path ``p``)."""
+        self.provenance = _attrs(f, f"{p}: /")
+        if isinstance(self.provenance.get("oracle_agreement"), str):
+            try:
+                self.provenance["oracle_agreement"] = json.loads(self.provenance["oracle_agreement"])
+            except json.JSONDecodeError:
+                raise AssayError(f"{p}: attribute oracle_agreement: not JSON") from None
+        for k in ("op", "case", "level"):
+            if not isinstance(self.provenance.get(k), str):
+                raise AssayError(f"{p}: missing root attribute {k} (not an assay golden?)")
+        self.op = self.provenance["op"]
+        self.case_name = self.provenance["case"]
+        self.level = self.provenance["level"]
+        for g in ("case", "inputs", "expected"):
+            if not isinstance(f.get(g), h5py.Group):
+                raise AssayError(f"{p}: /{g}: missing group")
+        self.case = _attrs(f["case"], f"{p}: /case")
+        self.inputs, self.input_dtypes, self.axes = {}, {}, {}
+        for name, ds in f["inputs"].items():
+            where = f"{p}: /inputs/{name}"
+            if not isinstance(ds, h5py.Dataset):
+                raise AssayError(f"{where}: not a dataset")
+            if "dtype" not in ds.attrs:
+                raise AssayError(f"{where}: missing attribute dtype")
+            d = dtypes.get(_str(ds.attrs["dtype"]), where)
+            if ds.dtype.kind not in "iu":
+                raise AssayError(f"{where}: {ds.dtype} dataset, expected integer storage codes of {d.name}")
+            if ds.dtype.itemsize != d.nbytes:
+                raise AssayError(f"{where}: {ds.dtype.itemsize}-byte integers cannot hold {d.name} codes")
+            try:
+                self.inputs[name] = dtypes.view_codes(ds[()], d)
+            except AssayError as e:
+                raise AssayError(f"{where}: {e}") from None
+            self.input_dtypes[name] = d.name
+            self.axes[name] = _axes(ds)
+        self.expected, self.outputs = {}, {}
+        for name, ds in f["expected"].items():
+            where = f"{p}: /expected/{name}"
+            if not isinstance(ds, h5py.Dataset):
+                raise AssayError(f"{where}: not a dataset")
+            if ds.dtype != np.float64:
+                raise AssayError(f"{where}: {ds.dtype} dataset, expected float64")
+            if "dtype" not in ds.attrs:
+                raise AssayError(f"{where}: missing attribute dtype")
+            d = dtypes.get(_str(ds.attrs["dtype"]), where)
+            self.expected[name] = ds[()]
+            self.axes[name] = _axes(ds)
+            self.outputs[name] = OutputSpec(name, d.name, tuple(ds.shape), self.axes[name],
+                                            bool(_attr_value(ds.attrs.get("allow_nonfinite", 0))))
+        inter = f.get("intermediates")
+        names = [n for n, o in inter.items() if isinstance(o, h5py.Dataset)] if isinstance(inter, h5py.Group) else []
+        for n in names:
+            self.axes.setdefault(n, _axes(inter[n]))
+        self.intermediates = _LazyArrays(p, "intermediates", names)
+        self.intermediate_shapes = {n: tuple(inter[n].shape) for n in names}
+
+    @property
+    def inputs_f64(self) -> dict[str, np.ndarray]:
+        """name -> the input's exact float64 values (integers as float64)."""
+        if self._f64 is None:
+            self._f64 = {n: dtypes.to_float64(a) for n, a in self.inputs.items()}
+        return self._f64
+
+    def to_torch(self, device=None, names=None) -> dict:
+        """name -> torch tensor of the input's storage dtype (torch.bfloat16, torch.float8_e4m3fn,
+        torch.float8_e8m0fnu, torch.float32, torch.int32, ...), bit-exact (built by viewing the codes).
+
+        fp4e2m1 inputs are returned as torch.uint8 tensors of the codes (one code per byte, in the
+        low nibble): torch has no unpacked fp4 dtype (torch.float4_e2m1fn_x2 packs two per byte).
+        ``device``: e.g. "cuda"; ``names``: only these inputs."""
+        import torch  # lazy: torch is optional
+
+        out = {}
+        for n in names if names is not None else self.inputs:
+            if n not in self.inputs:
+                raise AssayError(f"{self.path}: no input '{n}' (inputs: {', '.join(self.inputs)})")
+            d = dtypes.get(self.input_dtypes[n])
+            a = np.ascontiguousarray(self.inputs[n])
+            if d.is_float:
+                signed = np.dtype(f"int{8 * d.nbytes}") if d.nbytes > 1 else np.dtype(np.uint8)
+                t = torch.from_numpy(a.view(signed).copy())
+                if d.torch:
+                    t = t.view(dtypes.torch_dtype(d))
+            elif d.name == "uint32":  # torch's uint32 has few operations: keep the bits, view after
+                t = torch.from_numpy(a.view(np.int32).copy()).view(torch.uint32)
+            else:
+                t = torch.from_numpy(a.copy())
+            out[n] = t.to(device) if device is not None else t
+        return out
+
+    def to_jax(self, names=None) -> dict:
+        """name -> jax array of the input's storage dtype (ml_dtypes dtypes are JAX's own)."""
+        import jax.numpy as jnp  # lazy: jax is optional
+
+        return {n: jnp.asarray(self.inputs[n]) for n in (names if names is not None else self.inputs)}
+
+    def __repr__(self) -> str:
+        return f"<Golden {self.op}/{self.case_name} {self.level} inputs={list(self.inputs)} outputs={list(self.outputs)}>"
+
+
+def open(path) -> Golden:  # noqa: A001 (assay.golden.open mirrors builtins.open on purpose)
+    """Reads the golden at ``path``. AssayError (one line naming the file and dataset) on bad input."""
+    return Golden(path)
+

@@ -1,0 +1,170 @@
+#include "verify/compare_dir.h"
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "reference/core/check.h"
+#include "verify/h5.h"
+#include "verify/runner.h"
+#include "verify/runner_internal.h"
+#include "verify/stale.h"
+
+namespace assay {
+namespace fs = std::filesystem;
+
+std::string incorrect_reason(const std::vector<TensorReport>& tensors) {
+  for (const auto& t : tensors)
+    if (t.verdict != Verdict::Passed)
+      return fmt::format("'{}': {} mismatches{}{}{}", t.name, t.mismatches, t.first_bad >= 0 ? " first " + t.first_bad_index : std::string(),
+                         t.never_pass.empty() ? std::string() : " NEVER-PASS: " + t.never_pass.front(),
+                         t.hint.empty() ? std::string() : "; " + t.hint);
+  return "";
+}
+
+CaseResult case_result(const Golden& g, const CandidateResult& res, const std::string& kernel, const std::string& golden_path,
+                       const std::string& repro_dir) {
+  CaseResult cr;
+  cr.kernel = kernel;
+  cr.op = g.prov.op;
+  cr.case_name = g.prov.case_name;
+  cr.golden = golden_path;
+  cr.profile = res.profile;
+  cr.tensors = res.reports;
+  cr.verdict = res.verdict;
+  if (res.verdict == Verdict::Passed) {
+    cr.reason = fmt::format("{} output(s) within tolerance", res.reports.size());
+    return cr;
+  }
+  cr.reason = incorrect_reason(res.reports);
+  if (repro_dir.empty()) return cr;
+  std::vector<std::vector<double>> actual;
+  std::vector<Tolerance> tols;
+  Golden sel = g;  // the bundle holds the compared outputs only (--output)
+  sel.outputs.clear();
+  for (size_t k = 0; k < res.reports.size(); ++k) {
+    sel.outputs.push_back(*g.output(res.reports[k].name));
+    actual.push_back(res.actual[k]);
+    tols.push_back(res.reports[k].tol);
+  }
+  cr.repro = (fs::path(repro_dir) / (runner_detail::safe_name(kernel) + "__" + runner_detail::safe_name(g.prov.op) + "__" +
+                                     runner_detail::safe_name(g.prov.case_name) + ".h5"))
+                 .string();
+  try {
+    std::vector<std::string> notes;
+    runner_detail::write_repro(cr.repro, sel, kernel, actual, tols, notes);
+    for (auto& n : notes) cr.findings.push_back(n);
+  } catch (const std::exception& e) {
+    cr.findings.push_back(std::string("repro bundle not written: ") + e.what());
+    cr.repro.clear();
+  }
+  return cr;
+}
+
+RunReport compare_dirs(const CompareDirOptions& o) {
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  if (!fs::is_directory(o.golden_dir)) throw InputError(fmt::format("--golden-dir {}: not a directory", o.golden_dir));
+  if (!fs::is_directory(o.candidate_dir)) throw InputError(fmt::format("--candidate-dir {}: not a directory", o.candidate_dir));
+  RunReport rep;
+  rep.tool = "compare";
+  rep.golden_dir = o.golden_dir;
+  rep.fixtures_dir = o.fixtures_dir;
+  rep.fixture_checked = o.fixture_check;
+  auto cp = fs::path(o.candidate_dir).lexically_normal();
+  if (cp.filename().empty()) cp = cp.parent_path();
+  const std::string kernel = !o.name.empty() ? o.name : cp.filename().string();
+  const std::string repro_dir = !o.work_dir.empty() ? o.work_dir : (fs::path(o.candidate_dir) / ".." / "repro").lexically_normal().string();
+
+  std::vector<fs::path> goldens;
+  for (auto it = fs::recursive_directory_iterator(o.golden_dir, fs::directory_options::skip_permission_denied);
+       it != fs::recursive_directory_iterator(); ++it)
+    if (it->is_regular_file() && it->path().extension() == ".h5") goldens.push_back(it->path());
+  std::sort(goldens.begin(), goldens.end());
+  std::map<std::string, std::shared_ptr<TolerancePolicy>> policies;  // per op
+  for (const auto& gp : goldens) {
+    const auto rel = fs::relative(gp, o.golden_dir);
+    const std::string case_name = gp.stem().string();
+    if (!o.case_globs.empty() &&
+        std::none_of(o.case_globs.begin(), o.case_globs.end(), [&](const std::string& g) { return glob_match(g, case_name); }))
+      continue;
+    const auto tc = Clock::now();
+    CaseResult cr;
+    cr.kernel = kernel;
+    cr.kernel_source = o.candidate_dir;
+    cr.op = rel.has_parent_path() ? rel.parent_path().filename().string() : gp.parent_path().filename().string();
+    cr.case_name = case_name;
+    cr.golden = gp.string();
+    cr.profile = o.how.profile.empty() ? std::string(kStrictProfile) : o.how.profile;
+    auto done = [&] {
+      cr.wall_s = std::chrono::duration<double>(Clock::now() - tc).count();
+      rep.cases.push_back(std::move(cr));
+    };
+    std::unique_ptr<Golden> g;
+    try {
+      g = std::make_unique<Golden>(read_golden(gp.string()));
+      cr.op = g->prov.op;
+      cr.case_name = g->prov.case_name;
+      const auto st = check_stale(*g, o.fixture_check ? o.fixtures_dir : "");
+      if (st.stale) {
+        cr.verdict = Verdict::Stale;
+        cr.reason = st.reason;
+        done();
+        continue;
+      }
+    } catch (const std::exception& e) {
+      cr.verdict = Verdict::Stale;
+      cr.reason = std::string("unreadable golden: ") + e.what();
+      done();
+      continue;
+    }
+    const fs::path cand = fs::path(o.candidate_dir) / rel;
+    fs::path err = cand;
+    err.replace_extension(".error");
+    if (fs::exists(err)) {
+      const std::string text = runner_detail::slurp(err.string());
+      const auto nl = text.find('\n');
+      cr.verdict = Verdict::Failed;
+      cr.reason = "the candidate's producer failed: " + (text.empty() ? std::string("(empty ") + err.string() + ")" : text.substr(0, nl));
+      cr.log_tail = runner_detail::tail_text(text, 6000, 40);
+      cr.findings.push_back("error file: " + err.string());
+      done();
+      continue;
+    }
+    if (!fs::exists(cand)) {
+      cr.verdict = Verdict::NotRun;
+      cr.reason = "no candidate " + cand.string();
+      done();
+      continue;
+    }
+    auto& pol = policies[g->prov.op];
+    if (!pol) {
+      pol = std::make_shared<TolerancePolicy>();
+      if (const auto f = fs::path(o.fixtures_dir) / (g->prov.op + ".toml"); !o.fixtures_dir.empty() && fs::exists(f))
+        pol->add_file(f.string());
+      // A profile the op does not declare is a usage error of the whole run, not one case's.
+      if (!o.how.profile.empty()) pol->require_profile(g->prov.op, o.how.profile, "--profile");
+    }
+    try {
+      h5::probe_in_child(cand.string(), [&] { (void)judge_candidate(*g, *pol, h5::File::open_read(cand.string()), o.how); });
+      const auto res = judge_candidate(*g, *pol, h5::File::open_read(cand.string()), o.how);
+      auto r = case_result(*g, res, kernel, gp.string(), repro_dir);
+      r.kernel_source = cr.kernel_source;
+      cr = std::move(r);
+    } catch (const std::exception& e) {
+      cr.verdict = Verdict::Failed;
+      cr.reason = std::string("bad candidate: ") + e.what();
+    }
+    done();
+  }
+  if (rep.cases.empty())
+    throw InputError(fmt::format("--golden-dir {}: no golden{}", o.golden_dir, o.case_globs.empty() ? "" : " matches --case"));
+  rep.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  return rep;
+}
+
+}  // namespace assay
