@@ -1,0 +1,58 @@
+# Shared by the examples in this folder: pick the goldens a kernel claims (from each golden's
+# resolved case fields) and run assay.check on exactly those.
+"""Check a kernel on exactly the goldens it claims.
+
+A kernel that implements a subset of an op's cases decides it from each golden's resolved case
+fields (never from the names); ``assay.check`` then gets the claimed names as a list of globs, so
+one check call, one report and one exit code cover exactly the claimed cases.
+"""
+import glob
+import os
+import time
+
+
+def claimed_cases(assay, op, accept, golden_root="golden"):
+    """([claimed case names], [(skipped name, why)]) over golden/<op>/*.h5; ``accept(case, golden) -> (bool, why)``."""
+    claimed, skipped = [], []
+    for path in sorted(glob.glob(os.path.join(golden_root, op, "*.h5"))):
+        g = assay.open(path)
+        ok, why = accept(g.case, g)
+        if ok:
+            claimed.append(g.case_name)
+        else:
+            skipped.append((g.case_name, why))
+    return claimed, skipped
+
+
+def timed_check(assay, op, fn, claimed, out, warmup_golden, sync=lambda: None, profile=None):
+    """One untimed warm-up call of ``fn``, then ``assay.check`` over exactly ``claimed``, timed.
+    Returns (report, seconds)."""
+    fn(assay.open(warmup_golden))
+    sync()
+    t0 = time.perf_counter()
+    report = assay.check(op, fn, cases=list(claimed), level="L0", profile=profile, out=out)
+    sync()
+    return report, time.perf_counter() - t0
+
+
+def _first_present(d, *keys):
+    for k in keys:
+        v = d.get(k)
+        if v is not None and v != "":
+            return v
+    return "?"
+
+
+def tensor_findings(case_entry):
+    """[(tensor, verdict, first bad index, worst index, error/allowed ratio)] of a report case's failing
+    tensors (report JSON keys: first_mismatch / worst_mismatch, e.g. "[b=0, t=3, hv=1, v=2]", and max_ratio)."""
+    rows = []
+    for t in case_entry.get("tensors") or []:
+        if t.get("verdict") == "Passed":
+            continue
+        ratio = t.get("max_ratio")
+        rows.append((t.get("name", "?"), t.get("verdict", "?"),
+                     _first_present(t, "first_mismatch", "first_bad_index"),
+                     _first_present(t, "worst_mismatch", "worst_index"),
+                     float("inf") if ratio is None else float(ratio)))
+    return rows
