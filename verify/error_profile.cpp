@@ -28,8 +28,20 @@ ErrorProfile error_profile(const Output& golden, const Tolerance& tol, const std
   }
   const int64_t n = t.size();
   p.n = n;
-  p.seq_axis = seq >= 0 ? t.axes[static_cast<size_t>(seq)] : "flat index";
-  p.seq_len = seq >= 0 ? t.shape[static_cast<size_t>(seq)] : n;
+  // Without a sequence axis, the position is the offset over the remaining (non-row) axes, so the
+  // heatmap keeps one row per batch/head: e.g. a state [B, HV, K, V] plots K·V per (b, hv).
+  std::vector<int> pos_dims;
+  if (seq >= 0) pos_dims.push_back(seq);
+  else
+    for (size_t d = 0; d < nd; ++d)
+      if (std::find(row_dims.begin(), row_dims.end(), static_cast<int>(d)) == row_dims.end()) pos_dims.push_back(static_cast<int>(d));
+  p.seq_len = 1;
+  p.seq_axis.clear();
+  for (int d : pos_dims) {
+    p.seq_len *= t.shape[static_cast<size_t>(d)];
+    p.seq_axis += (p.seq_axis.empty() ? "" : "\u00b7") + (static_cast<size_t>(d) < t.axes.size() ? t.axes[static_cast<size_t>(d)] : "?");
+  }
+  if (p.seq_axis.empty()) p.seq_axis = "element";
   p.seq_bin = std::max<int64_t>(1, (p.seq_len + ErrorProfile::kMaxSeqPoints - 1) / ErrorProfile::kMaxSeqPoints);
   p.seq_max_ratio.assign(static_cast<size_t>(std::max<int64_t>(1, (p.seq_len + p.seq_bin - 1) / p.seq_bin)), 0.0);
   int64_t nrows = 1;
@@ -50,7 +62,8 @@ ErrorProfile error_profile(const Output& golden, const Tolerance& tol, const std
   for (size_t d = nd; d-- > 1;) stride[d - 1] = stride[d] * t.shape[d];
   for (int64_t i = 0; i < n; ++i) {
     const double r = check_element(golden, tol, static_cast<size_t>(i), actual[static_cast<size_t>(i)]).ratio;
-    const int64_t pos = seq >= 0 ? (i / stride[static_cast<size_t>(seq)]) % t.shape[static_cast<size_t>(seq)] : i;
+    int64_t pos = 0;
+    for (int d : pos_dims) pos = pos * t.shape[static_cast<size_t>(d)] + (i / stride[static_cast<size_t>(d)]) % t.shape[static_cast<size_t>(d)];
     int64_t row = 0;
     for (int d : row_dims) row = row * t.shape[static_cast<size_t>(d)] + (i / stride[static_cast<size_t>(d)]) % t.shape[static_cast<size_t>(d)];
     auto& s = p.seq_max_ratio[static_cast<size_t>(pos / p.seq_bin)];

@@ -6,7 +6,8 @@
 //                                         never-pass mismatch; > 1 <=> element i is a mismatch)
 //
 // Axes come from the golden output's axis names (docs/DESIGN.md "Axis vocabulary"):
-//   - the sequence axis is the first of T, S, Sq, Sk, L, M; without one, the flat element index;
+//   - the sequence axis is the first of T, S, Sq, Sk, L, M; without one, the position is the
+//     offset over the axes that are not batch/head axes (a state [B, HV, K, V]: "K·V");
 //   - rows of the heatmap are the batch and head axes (B, H, Hq, Hkv, HV, G), flattened "B·H";
 //   - every other axis (D, P, N, K, V, R, ...) is reduced by max.
 #pragma once
@@ -25,7 +26,7 @@ namespace assay {
 struct ErrorProfile {
   // Max ratio per sequence position; positions are grouped by `seq_bin` (>= 1) so that at most
   // kMaxSeqPoints points remain.
-  std::string seq_axis;  // "T", "Sq", ... or "flat index"
+  std::string seq_axis;  // "T", "Sq", ... or the flattened other axes ("K·V"), or "element"
   int64_t seq_len = 0, seq_bin = 1;
   std::vector<double> seq_max_ratio;
   // Heatmap: rows = flattened batch/head index (grouped by row_bin when there are more than

@@ -189,6 +189,14 @@ std::string histogram(const ErrorProfile& p, const std::string& id) {
   return s + "</svg>\n";
 }
 
+// The table's reason: up to the first "; " hint and at most 200 characters (the case's section
+// below has all of it).
+std::string short_reason(const std::string& r) {
+  std::string s = r.substr(0, r.find("; would pass under"));
+  if (s.size() > 200) s = s.substr(0, 197) + "...";
+  return s;
+}
+
 double worst_ratio(const CaseResult& c) {
   double w = -1;
   for (const auto& t : c.tensors) w = std::max(w, t.max_ratio);
@@ -272,7 +280,7 @@ std::string to_html(const RunReport& r) {
     s += fmt::format("<tr class=\"{}\"><td><span class=\"v {}\">{}</span></td><td>{}</td><td>{}{}{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
                      verdict_class(c.verdict), verdict_class(c.verdict), verdict_name(c.verdict), esc(c.kernel),
                      detail ? fmt::format("<a href=\"#case-{}\">", k) : "", esc(c.op + "/" + c.case_name), detail ? "</a>" : "",
-                     esc(c.profile), w < 0 ? "-" : ratio_str(w), esc(c.reason));
+                     esc(c.profile), w < 0 ? "-" : ratio_str(w), esc(short_reason(c.reason)));
   }
   s += "</tbody>\n</table>\n";
   for (size_t k = 0; k < r.cases.size(); ++k) {

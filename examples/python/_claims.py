@@ -24,13 +24,13 @@ def claimed_cases(assay, op, accept, golden_root="golden"):
     return claimed, skipped
 
 
-def timed_check(assay, op, fn, claimed, out, warmup_golden, sync=lambda: None, profile=None):
+def timed_check(assay, op, fn, claimed, out, warmup_golden, sync=lambda: None, profile=None, name=None):
     """One untimed warm-up call of ``fn``, then ``assay.check`` over exactly ``claimed``, timed.
     Returns (report, seconds)."""
     fn(assay.open(warmup_golden))
     sync()
     t0 = time.perf_counter()
-    report = assay.check(op, fn, cases=list(claimed), level="L0", profile=profile, out=out)
+    report = assay.check(op, fn, cases=list(claimed), level="L0", profile=profile, out=out, name=name)
     sync()
     return report, time.perf_counter() - t0
 

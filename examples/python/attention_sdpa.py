@@ -166,7 +166,8 @@ def main(argv=None):
 
     sync = torch.cuda.synchronize if args.device.startswith("cuda") else (lambda: None)
     report, seconds = timed_check(assay, OP, make_fn(args.device), claimed, args.out,
-                                  os.path.join("golden", OP, claimed[0] + ".h5"), sync=sync)
+                                  os.path.join("golden", OP, claimed[0] + ".h5"), sync=sync,
+                                  name="torch_sdpa")
     print(f"assay.check over {len(claimed)} claimed cases: {seconds:.3f} s (after one untimed warm-up call)")
 
     verdicts = {c["case"]: c for c in report.json["cases"]}

@@ -240,7 +240,8 @@ def main(argv=None):
 
     sync = torch.cuda.synchronize if args.device.startswith("cuda") else (lambda: None)
     report, seconds = timed_check(assay, OP, make_fn(args.device, args.broken), claimed, out,
-                                  os.path.join("golden", OP, claimed[0] + ".h5"), sync=sync)
+                                  os.path.join("golden", OP, claimed[0] + ".h5"), sync=sync,
+                                  name="triton_gdn_recurrent" + ("_broken_no_gate_decay" if args.broken else ""))
     print(f"assay.check over {len(claimed)} claimed cases: {seconds:.3f} s "
           f"(after one untimed warm-up call of the kernel: Triton compiles there)")
 

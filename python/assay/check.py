@@ -158,7 +158,7 @@ def _write_error(path: Path, exc: BaseException, what: str):
 
 
 def check(op: str, fn, cases="*", level: str = "L0", profile: str | None = None, out="build/check",
-          golden_dir=None, html: bool = True, assay_bin=None, quiet: bool = False) -> CheckReport:
+          golden_dir=None, html: bool = True, assay_bin=None, quiet: bool = False, name=None) -> CheckReport:
     """Runs ``fn(golden)`` on every golden of ``op`` whose case name matches ``cases`` (a glob or a
     list of globs) and
     judges the outputs with ``assay compare --golden-dir`` (one call).
@@ -173,6 +173,7 @@ def check(op: str, fn, cases="*", level: str = "L0", profile: str | None = None,
 
     Never raises for a failing kernel; AssayError for usage errors: an unknown op or level, no
     golden matching ``cases``, the binary missing, or the binary refusing the run (its message).
+    ``name`` is the kernel's name in the reports (default: ``module:function`` of ``fn``).
     """
     if level not in LEVELS:
         raise AssayError(f"level '{level}': expected one of {', '.join(LEVELS)}")
@@ -199,7 +200,7 @@ def check(op: str, fn, cases="*", level: str = "L0", profile: str | None = None,
         cdir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise AssayError(f"out {out}: cannot create {cdir} ({e.strerror})") from None
-    name = _fn_name(fn)
+    name = name or _fn_name(fn)
     for gpath in goldens:
         case = Path(gpath).stem
         cand, err = cdir / f"{case}.h5", cdir / f"{case}.error"

@@ -88,6 +88,22 @@ TEST_CASE("error profile: a planted error shows at its sequence positions and it
       CHECK((v > 1) == hit);
     }
   REQUIRE(p.over == 10);
+  // Without a sequence axis: one row per (batch, head), positions over the other axes.
+  Output st;
+  st.expected.name = "final_state";
+  st.expected.axes = {"B", "HV", "K", "V"};
+  st.expected.shape = {2, 3, 4, 5};
+  st.expected.dtype = DType::f32;
+  st.expected.data.assign(120, 1.0);
+  std::vector<double> sa = st.expected.data;
+  sa[static_cast<size_t>(((1 * 3 + 2) * 4 + 3) * 5 + 4)] += 1.0;  // b=1, hv=2, k=3, v=4
+  const auto ps = error_profile(st, tol, sa);
+  REQUIRE(ps.seq_axis == "K\u00b7V");
+  REQUIRE(ps.seq_len == 20);
+  REQUIRE(ps.rows == 6);
+  for (size_t k = 0; k < ps.seq_max_ratio.size(); ++k) CHECK((ps.seq_max_ratio[k] > 1) == (k == 19));
+  for (int64_t r = 0; r < ps.rows; ++r)
+    for (int64_t c = 0; c < ps.cols; ++c) CHECK((ps.heat[static_cast<size_t>(r * ps.cols + c)] > 1) == (r == 5 && c == ps.cols - 1));
   int64_t total = p.zero + p.infinite;
   for (auto c : p.hist) total += c;
   REQUIRE(total == p.n);
