@@ -16,7 +16,8 @@ nlohmann::json finite_or_null(double x) { return std::isfinite(x) ? nlohmann::js
 
 }  // namespace
 
-ErrorProfile error_profile(const Output& golden, const Tolerance& tol, const std::vector<double>& actual) {
+ErrorProfile error_profile(const Output& golden, const Tolerance& tol, const std::vector<double>& actual,
+                           int64_t max_seq_points) {
   const Tensor& t = golden.expected;
   ErrorProfile p;
   const size_t nd = t.shape.size();
@@ -42,7 +43,8 @@ ErrorProfile error_profile(const Output& golden, const Tolerance& tol, const std
     p.seq_axis += (p.seq_axis.empty() ? "" : "\u00b7") + (static_cast<size_t>(d) < t.axes.size() ? t.axes[static_cast<size_t>(d)] : "?");
   }
   if (p.seq_axis.empty()) p.seq_axis = "element";
-  p.seq_bin = std::max<int64_t>(1, (p.seq_len + ErrorProfile::kMaxSeqPoints - 1) / ErrorProfile::kMaxSeqPoints);
+  max_seq_points = std::max<int64_t>(1, max_seq_points);
+  p.seq_bin = std::max<int64_t>(1, p.seq_len / max_seq_points + (p.seq_len % max_seq_points != 0));
   p.seq_max_ratio.assign(static_cast<size_t>(std::max<int64_t>(1, (p.seq_len + p.seq_bin - 1) / p.seq_bin)), 0.0);
   int64_t nrows = 1;
   for (size_t j = 0; j < row_dims.size(); ++j) {
@@ -71,7 +73,10 @@ ErrorProfile error_profile(const Output& golden, const Tolerance& tol, const std
     // NaN ratios do not occur (check_element returns 0, finite or +inf); max keeps +inf.
     s = std::max(s, r);
     h = std::max(h, r);
-    if (r > 1) ++p.over;
+    if (r > 1) {
+      ++p.over;
+      if (p.first_bad_pos < 0 || pos < p.first_bad_pos) p.first_bad_pos = pos, p.first_bad_flat = i;
+    }
     if (r == 0) ++p.zero;
     else if (std::isinf(r)) ++p.infinite;
     else {

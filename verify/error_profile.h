@@ -40,11 +40,17 @@ struct ErrorProfile {
   double hist_lo = -6, hist_step = 0.5;
   std::vector<int64_t> hist;
   int64_t zero = 0, infinite = 0, n = 0, over = 0;  // over: ratio > 1
+  // The smallest sequence position holding a mismatch (ratio > 1), exact whatever seq_bin is, and
+  // the flat index of the first mismatching element there; -1 when nothing is out of tolerance.
+  int64_t first_bad_pos = -1, first_bad_flat = -1;
 
   static constexpr int64_t kMaxSeqPoints = 512, kMaxRows = 64, kMaxCols = 64;
 };
 
-ErrorProfile error_profile(const Output& golden, const Tolerance& tol, const std::vector<double>& actual);
+// max_seq_points: how many sequence points to keep (positions are grouped above it); `assay bisect`
+// asks for every position.
+ErrorProfile error_profile(const Output& golden, const Tolerance& tol, const std::vector<double>& actual,
+                           int64_t max_seq_points = ErrorProfile::kMaxSeqPoints);
 nlohmann::json to_json(const ErrorProfile& p);
 // Sets r.error_profile (under r.tol) when r did not pass; a passing tensor keeps only its margin
 // (r.max_ratio), which keeps reports of thousands of passing cases small.

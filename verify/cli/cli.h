@@ -19,6 +19,16 @@ void add_compare(CLI::App& app, Common& common, int& rc);
 void add_verify(CLI::App& app, Common& common, int& rc);    // verify + the hidden __worker
 void add_sanitize(CLI::App& app, Common& common, int& rc);
 void add_calibrate(CLI::App& app, Common& common, int& rc);
+void add_bisect(CLI::App& app, Common& common, int& rc);  // bisect GOLDEN CANDIDATE, and bisect --git
+
+// assay bisect GOLDEN CANDIDATE (cmd_bisect_pair.cpp): 1 when an output is out of tolerance (the
+// first bad position printed), 0 when every output is within it.
+struct BisectPairCli {
+  std::string profile;
+  std::vector<std::string> outputs;
+  bool no_fixture_check = false;
+};
+int run_bisect_pair(const std::string& golden, const std::string& candidate, const BisectPairCli& o, const Common& common);
 
 std::string default_fixtures_dir();
 // Validators: a finite number >= 0 (tolerances), a finite number > 0 (timeouts). NaN and Inf fail.

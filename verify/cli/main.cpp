@@ -51,6 +51,7 @@ int main(int argc, char** argv) {
   cli::add_verify(app, common, rc);
   cli::add_sanitize(app, common, rc);
   cli::add_calibrate(app, common, rc);
+  cli::add_bisect(app, common, rc);
   // An unknown first word is named as such (CLI11 alone says "A subcommand is required").
   if (argc > 1 && argv[1][0] != '-') {
     std::string known;

@@ -357,7 +357,7 @@ TEST_CASE("usage errors are named: a missing --fixtures, an empty --out, an unma
   exit2(run("gen --op scaled_add --check -q --out \"\""), "--out: must not be empty");
   // It used to exit 0 having done nothing.
   exit2(run("gen --case 'zzz*' -q"), "no L0 case matches --case 'zzz*'");
-  exit2(run("frobnicate"), "unknown subcommand 'frobnicate' (gen, inspect, compare, verify, sanitize, calibrate)");
+  exit2(run("frobnicate"), "unknown subcommand 'frobnicate' (gen, inspect, compare, verify, sanitize, calibrate, bisect)");
 }
 
 TEST_CASE("a golden whose file cannot be completed is never left under its name (disk full)", "[cpu][L0]") {

@@ -257,3 +257,39 @@ TEST_CASE("inspect --decode writes the C++ codecs' values of every input and exp
   CHECK(bad.code == 2);
   CHECK_THAT(bad.out, Contains("a .h5 target takes one golden"));
 }
+
+TEST_CASE("bisect GOLDEN CANDIDATE prints the first bad position and its chunk; usage errors are one line", "[cpu][L0]") {
+  const auto d = assay_test::fresh_dir("assay_test_compare_dir", "bisect");
+  const auto gp = (kSsd / "t1000_q64.h5").string();
+  const auto g = read_golden(gp);
+  write_candidate(d / "exact.h5", g);
+  auto ok = run("bisect " + gp + " " + (d / "exact.h5").string());
+  INFO(ok.out);
+  CHECK(ok.code == 0);
+  CHECK_THAT(ok.out, Contains("every output within tolerance"));
+  // Wrong from t = 700 (chunk 10 of 64) on, in every head.
+  write_candidate(d / "bad.h5", g, [](const Output& o, size_t i, double x) {
+    if (o.expected.name != "out") return x;
+    return o.expected.unravel(static_cast<int64_t>(i))[static_cast<size_t>(axis_of(o.expected, "T"))] >= 700 ? x * 1.1 + 0.5 : x;
+  });
+  auto bad = run("bisect " + gp + " " + (d / "bad.h5").string());
+  INFO(bad.out);
+  CHECK(bad.code == 1);
+  CHECK_THAT(bad.out, Contains("first bad: out at T=700 of 1000"));
+  CHECK_THAT(bad.out, Contains("= chunk 10 x 64 + 60"));
+  CHECK_THAT(bad.out, Contains("T 0..699 within"));
+  auto js = run("bisect --json " + gp + " " + (d / "bad.h5").string());
+  const auto j = nlohmann::json::parse(js.out);
+  CHECK(j["outputs"][0]["first_bad_pos"] == 700);
+  CHECK(j["outputs"][0]["chunk"] == 10);
+  for (const auto& [args, want] : std::vector<std::pair<std::string, std::string>>{
+           {gp, "give GOLDEN CANDIDATE"},
+           {gp + " " + (d / "bad.h5").string() + " --kernel k", "--kernel, --plugin, --candidate-cmd and --case apply to bisect --git"},
+           {"--git a b --json", "apply to bisect GOLDEN CANDIDATE"}}) {
+    auto e = run("bisect " + args);
+    INFO(args << "\n" << e.out);
+    CHECK(e.code == 2);
+    CHECK_THAT(e.out, Contains(want));
+    CHECK(std::count(e.out.begin(), e.out.end(), '\n') == 1);
+  }
+}

@@ -15,9 +15,11 @@
 #include "catch_compat.h"
 #include "kernels/registry.h"
 #include "reference/core/check.h"
-#include "verify/report.h"
-#include "verify/tests/cli_helpers.h"
+#include "verify/error_profile.h"
 #include "verify/kernel_case.h"
+#include "verify/report.h"
+#include "verify/report_html.h"
+#include "verify/tests/cli_helpers.h"
 #include "verify/runner.h"
 #include "verify/sanitize.h"
 #include "verify/worker.h"
@@ -335,6 +337,28 @@ TEST_CASE("reports: JSON counts and exit code, JUnit failure/error/skipped", "[c
   CHECK_THAT(x, assay_test::Contains("<failure type=\"Incorrect\" message=\"Incorrect: &apos;out&apos;: 1 mismatches &amp; &quot;quotes&quot;\""));
   CHECK_THAT(x, assay_test::Contains("<skipped message=\"NotSupported: fp32 &lt;out&gt;\"/>"));
   CHECK_THAT(x, assay_test::Contains("<property name=\"device\" value=\"Fake GPU\"/>"));
+  // HTML: one row per case, text escaped, a section for each case that did not pass; a failing
+  // tensor with an error profile gets its three plots and its policy entry's why.
+  {
+    Output o;
+    o.expected = Tensor{"out", {"B", "T", "D"}, {1, 8, 2}, DType::f32, std::vector<double>(16, 1.0)};
+    std::vector<double> a(16, 1.0);
+    a[9] = 2.0;  // t = 4
+    TensorReport t = compare_tensor(o, a, default_tolerance(DType::f32));
+    REQUIRE(t.verdict == Verdict::Incorrect);
+    attach_error_profile(t, o, a);
+    REQUIRE(t.error_profile);
+    r.cases[3].tensors.push_back(t);
+  }
+  const auto h = to_html(r);
+  CHECK_THAT(h, assay_test::Contains("<table id=\"verdicts\">"));
+  CHECK_THAT(h, assay_test::Contains("1 mismatches &amp; &quot;quotes&quot;"));
+  CHECK_THAT(h, assay_test::Contains("Fake GPU"));
+  for (const char* cls : {"seq-plot", "heatmap", "hist"}) CHECK_THAT(h, assay_test::Contains(std::string("class=\"") + cls + "\""));
+  CHECK_THAT(h, assay_test::Contains("[b=0, t=4, d=1]"));
+  CHECK_THAT(h, assay_test::Contains(assay_test::html_escaped(default_tolerance(DType::f32).why)));
+  CHECK(h.find("id=\"case-0\"") == std::string::npos);  // Passed: no section
+  CHECK(h.find("id=\"case-3\"") != std::string::npos);  // Incorrect: a section
   RunReport none;
   CHECK(none.exit_code() == 125);
 }
