@@ -57,11 +57,12 @@ def main(argv=None) -> int:
     c = sub.add_parser("check", help="run a Python kernel over an op's goldens and judge it with assay compare")
     c.add_argument("--op", required=True)
     c.add_argument("--impl", required=True, help="module.path:function, called as function(golden) -> {name: array}")
-    c.add_argument("--cases", default="*", help="case-name glob (default *)")
+    c.add_argument("--cases", action="append", default=None, help="case-name glob (repeatable; default *)")
     c.add_argument("--level", default="L0", choices=["L0", "L1", "L2"])
     c.add_argument("--profile", default=None, help="the kernel's precision profile")
     c.add_argument("--out", default="build/check", help="output directory (default build/check)")
     c.add_argument("--golden-dir", default=None, help="golden directory (default: the op's goldens of the level)")
+    c.add_argument("--html", default=None, metavar="FILE", help="write the HTML report here (default <out>/<op>/report.html)")
     c.add_argument("--no-html", action="store_true", help="skip the HTML report")
     c.add_argument("--assay-bin", default=None, help="the assay binary (default $ASSAY_BIN, build/bin/assay, PATH)")
     c.add_argument("--quiet", action="store_true", help="do not print the verdict table")
@@ -71,8 +72,11 @@ def main(argv=None) -> int:
     try:
         if a.cmd == "inspect":
             return _inspect(a.golden)
-        rep = check(a.op, _load_impl(a.impl), cases=a.cases, level=a.level, profile=a.profile, out=a.out,
-                    golden_dir=a.golden_dir, html=not a.no_html, assay_bin=a.assay_bin, quiet=a.quiet)
+        if a.html and a.no_html:
+            raise AssayError("--html and --no-html: say one")
+        html = False if a.no_html else (a.html or True)
+        rep = check(a.op, _load_impl(a.impl), cases=a.cases or "*", level=a.level, profile=a.profile, out=a.out,
+                    golden_dir=a.golden_dir, html=html, assay_bin=a.assay_bin, quiet=a.quiet)
         return rep.exit_code
     except AssayError as e:
         print(f"assay: error: {e}", file=sys.stderr)

@@ -158,7 +158,7 @@ def _write_error(path: Path, exc: BaseException, what: str):
 
 
 def check(op: str, fn, cases="*", level: str = "L0", profile: str | None = None, out="build/check",
-          golden_dir=None, html: bool = True, assay_bin=None, quiet: bool = False, name=None) -> CheckReport:
+          golden_dir=None, html=True, assay_bin=None, quiet: bool = False, name=None) -> CheckReport:
     """Runs ``fn(golden)`` on every golden of ``op`` whose case name matches ``cases`` (a glob or a
     list of globs) and
     judges the outputs with ``assay compare --golden-dir`` (one call).
@@ -169,7 +169,7 @@ def check(op: str, fn, cases="*", level: str = "L0", profile: str | None = None,
     with ``assay gen`` when no case matches there. Candidates go to ``<out>/<op>/candidates/<case>.h5``;
     an exception of ``fn`` (or of writing its candidate) goes to ``<case>.error`` with its traceback
     and the case is Failed. The report (JSON, JUnit, HTML unless ``html=False``) is written under
-    ``<out>/<op>/``, the verdict table printed unless ``quiet``.
+    ``<out>/<op>/`` (``html`` may also be the HTML file's path), the verdict table printed unless ``quiet``.
 
     Never raises for a failing kernel; AssayError for usage errors: an unknown op or level, no
     golden matching ``cases``, the binary missing, or the binary refusing the run (its message).
@@ -219,7 +219,8 @@ def check(op: str, fn, cases="*", level: str = "L0", profile: str | None = None,
             _write_error(err, e, f"writing the candidate of {name}")
 
     json_path, junit_path = odir / "report.json", odir / "junit.xml"
-    html_path = odir / "report.html" if html else None
+    # html: True (<out>/<op>/report.html), False (none), or a path of its own.
+    html_path = (Path(html) if isinstance(html, (str, os.PathLike)) else odir / "report.html") if html else None
     for p in (json_path, junit_path, html_path):
         if p is not None:
             p.unlink(missing_ok=True)

@@ -133,6 +133,16 @@ def test_cli_exit_codes(impls, tmp_path, assay_bin, has_compare_dir, impl, code)
     assert "scaled_add:" in p.stdout and "int_exact" in p.stdout
 
 
+def test_cli_html_file_and_repeated_cases(impls, tmp_path, assay_bin, has_compare_dir):
+    html = tmp_path / "elsewhere" / "mine.html"
+    p = _cli(impls, tmp_path, "check", "--op", "scaled_add", "--impl", "sa_impls:broken", "--out", tmp_path / "o",
+             "--assay-bin", assay_bin, "--html", html, "--cases", "int_*", "--cases", "specials_*")
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert html.is_file() and 'class="seq-plot"' in html.read_text()
+    assert not (tmp_path / "o" / "scaled_add" / "report.html").exists()
+    assert "int_exact" in p.stdout and "specials_fp16" in p.stdout and "normal_odd_shape" not in p.stdout
+
+
 def test_cli_usage_errors(impls, tmp_path, assay_bin):
     for args in (["check", "--op", "no_such_op", "--impl", "sa_impls:good"],
                  ["check", "--op", "scaled_add", "--impl", "sa_impls:nope"],
