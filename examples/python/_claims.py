@@ -8,6 +8,7 @@ one check call, one report and one exit code cover exactly the claimed cases.
 """
 import glob
 import os
+import sys
 import time
 
 
@@ -22,6 +23,17 @@ def claimed_cases(assay, op, accept, golden_root="golden"):
         else:
             skipped.append((g.case_name, why))
     return claimed, skipped
+
+
+def announce_claims(title, op, claimed, skipped):
+    """Prints what the kernel claims and why it leaves the others out; False (and a line on stderr)
+    when it claims nothing."""
+    print(f"{title}: claims {len(claimed)} of {len(claimed) + len(skipped)} {op} L0 goldens")
+    for name, why in skipped:
+        print(f"  not claimed: {name} ({why})")
+    if not claimed:
+        print("nothing claimed", file=sys.stderr)
+    return bool(claimed)
 
 
 def timed_check(assay, op, fn, claimed, out, warmup_golden, sync=lambda: None, profile=None, name=None):

@@ -150,18 +150,13 @@ def main(argv=None):
     args = ap.parse_args(argv)
     os.chdir(REPO)
     import assay  # PYTHONPATH=python
-    from _claims import claimed_cases, tensor_findings, timed_check
+    from _claims import announce_claims, claimed_cases, tensor_findings, timed_check
 
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         print("no CUDA device: run on a GPU machine, or pass --device cpu", file=sys.stderr)
         return 125
     claimed, skipped = claimed_cases(assay, OP, supports)
-    print(f"attention_sdpa (torch {torch.__version__}, {args.device}): claims {len(claimed)} of "
-          f"{len(claimed) + len(skipped)} {OP} L0 goldens")
-    for name, why in skipped:
-        print(f"  not claimed: {name} ({why})")
-    if not claimed:
-        print("nothing claimed", file=sys.stderr)
+    if not announce_claims(f"attention_sdpa (torch {torch.__version__}, {args.device})", OP, claimed, skipped):
         return 2
 
     sync = torch.cuda.synchronize if args.device.startswith("cuda") else (lambda: None)

@@ -222,7 +222,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     os.chdir(REPO)
     import assay  # PYTHONPATH=python
-    from _claims import claimed_cases, tensor_findings, timed_check
+    from _claims import announce_claims, claimed_cases, tensor_findings, timed_check
 
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         print("no CUDA device: run on a GPU machine, or TRITON_INTERPRET=1 ... --device cpu", file=sys.stderr)
@@ -230,12 +230,8 @@ def main(argv=None):
     variant = "triton_gated_delta_broken" if args.broken else "triton_gated_delta"
     out = args.out or os.path.join("build", "check", variant)
     claimed, skipped = claimed_cases(assay, OP, supports_broken if args.broken else supports)
-    print(f"{variant} (torch {torch.__version__}, triton {triton.__version__}, {args.device}): "
-          f"claims {len(claimed)} of {len(claimed) + len(skipped)} {OP} L0 goldens")
-    for name, why in skipped:
-        print(f"  not claimed: {name} ({why})")
-    if not claimed:
-        print("nothing claimed", file=sys.stderr)
+    if not announce_claims(f"{variant} (torch {torch.__version__}, triton {triton.__version__}, {args.device})", OP,
+                           claimed, skipped):
         return 2
 
     sync = torch.cuda.synchronize if args.device.startswith("cuda") else (lambda: None)

@@ -86,6 +86,22 @@ def _refuse_kind(a: np.ndarray):
     return f"wrong dtype {a.dtype}"
 
 
+def _checked_array(a, name: str, shape: tuple, golden_kind: str, where: str) -> np.ndarray:
+    """``a`` as a numpy array of the golden's ``shape``; AssayError for what no candidate dataset can
+    hold (complex, bool, object, strings) or a wrong shape. ``golden_kind`` names what the golden
+    expects, for the message ("output 'y' is bf16")."""
+    try:
+        arr = as_numpy(a)
+    except TypeError as e:
+        raise AssayError(f"{where}: {e}") from None
+    why = _refuse_kind(arr)
+    if why:
+        raise AssayError(f"{where}: {why} (golden {golden_kind})")
+    if tuple(arr.shape) != shape:
+        raise AssayError(f"{where}: wrong shape {tuple(arr.shape)} (golden {name} {shape})")
+    return arr
+
+
 def _prepare_output(a, o, where: str):
     """(array to store, dtype attribute or None) for golden output ``o``; AssayError when the array
     cannot carry it."""
@@ -109,15 +125,7 @@ def _prepare_output(a, o, where: str):
             i = int(np.argmax((u >> d.bits) != 0))
             raise AssayError(f"{where}: element {i} holds {int(u.reshape(-1)[i]):#x}, not a {d.name} code")
         return u, d.name
-    try:
-        arr = as_numpy(a)
-    except TypeError as e:
-        raise AssayError(f"{where}: {e}") from None
-    why = _refuse_kind(arr)
-    if why:
-        raise AssayError(f"{where}: {why} (golden output '{o.name}' is {od.name})")
-    if tuple(arr.shape) != o.shape:
-        raise AssayError(f"{where}: wrong shape {tuple(arr.shape)} (golden {o.name} {o.shape})")
+    arr = _checked_array(a, o.name, o.shape, f"output '{o.name}' is {od.name}", where)
     ad = dtypes.from_numpy(arr.dtype)
     if arr.dtype in (np.float64, np.float32):
         return np.ascontiguousarray(arr), None
@@ -136,16 +144,7 @@ def _prepare_output(a, o, where: str):
 
 
 def _prepare_intermediate(a, name: str, shape: tuple, where: str) -> np.ndarray:
-    try:
-        arr = as_numpy(a)
-    except TypeError as e:
-        raise AssayError(f"{where}: {e}") from None
-    why = _refuse_kind(arr)
-    if why:
-        raise AssayError(f"{where}: {why} (golden intermediate '{name}' is float64)")
-    if tuple(arr.shape) != shape:
-        raise AssayError(f"{where}: wrong shape {tuple(arr.shape)} (golden {name} {shape})")
-    return arr.astype(np.float64)
+    return _checked_array(a, name, shape, f"intermediate '{name}' is float64", where).astype(np.float64)
 
 
 def write(path, golden: Golden, outputs: dict, precision_profile: str | None = None,

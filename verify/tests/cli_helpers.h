@@ -17,10 +17,9 @@ struct Run {
   std::string out;  // stdout and stderr together
 };
 
-// Runs `<ASSAY_EXE> args` (prefixed by `env_prefix`, e.g. "env CUDA_VISIBLE_DEVICES= ").
-inline Run run_assay(const std::string& args, const std::string& env_prefix = "") {
-  const std::string cmd = env_prefix + std::string(ASSAY_EXE) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
+// Runs a shell command line, stdout and stderr together.
+inline Run run_shell(const std::string& cmd) {
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
   REQUIRE(p);
   std::string out;
   char buf[4096];
@@ -30,6 +29,10 @@ inline Run run_assay(const std::string& args, const std::string& env_prefix = ""
   return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
 }
 
+// Runs `<ASSAY_EXE> args` (prefixed by `env_prefix`, e.g. "env CUDA_VISIBLE_DEVICES= ").
+inline Run run_assay(const std::string& args, const std::string& env_prefix = "") {
+  return run_shell(env_prefix + std::string(ASSAY_EXE) + " " + args);
+}
 
 inline std::string slurp(const std::filesystem::path& p) {
   std::ifstream in(p, std::ios::binary);
