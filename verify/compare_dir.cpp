@@ -161,6 +161,14 @@ RunReport compare_dirs(const CompareDirOptions& o) {
     }
     done();
   }
+  // A candidate no golden asked for is most often a misspelt case name: say so (it is not judged).
+  for (auto it = fs::recursive_directory_iterator(o.candidate_dir, fs::directory_options::skip_permission_denied);
+       it != fs::recursive_directory_iterator(); ++it) {
+    if (!it->is_regular_file() || (it->path().extension() != ".h5" && it->path().extension() != ".error")) continue;
+    auto g = fs::path(o.golden_dir) / fs::relative(it->path(), o.candidate_dir);
+    g.replace_extension(".h5");
+    if (!fs::exists(g)) rep.notes.push_back(fmt::format("{}: no golden {} for it: not judged", it->path().string(), g.string()));
+  }
   if (rep.cases.empty())
     throw InputError(fmt::format("--golden-dir {}: no golden{}", o.golden_dir, o.case_globs.empty() ? "" : " matches --case"));
   rep.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();

@@ -50,6 +50,7 @@ nlohmann::json to_json(const RunReport& r) {
                  Verdict::NotRun})
     counts[std::string(verdict_name(v))] = r.count(v);
   j["counts"] = counts;
+  j["notes"] = r.notes;
   j["cases"] = nlohmann::json::array();
   for (const auto& c : r.cases) {
     nlohmann::json cj{{"kernel", c.kernel}, {"kernel_source", c.kernel_source}, {"op", c.op}, {"case", c.case_name},
@@ -170,6 +171,7 @@ void print_console(const RunReport& r, bool verbose) {
       }
     }
   }
+  for (const auto& n : r.notes) fmt::print("note: {}\n", n);
   fmt::print("{} cases: {} Passed, {} Incorrect, {} Failed, {} Hung, {} NotSupported, {} Stale, {} NotRun ({:.1f} s)\n",
              r.cases.size(), r.count(Verdict::Passed), r.count(Verdict::Incorrect), r.count(Verdict::Failed),
              r.count(Verdict::Hung), r.count(Verdict::NotSupported), r.count(Verdict::Stale), r.count(Verdict::NotRun), r.wall_s);

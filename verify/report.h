@@ -38,6 +38,7 @@ struct RunReport {
   bool fixture_checked = true;
   std::vector<std::string> plugins;
   std::vector<CaseResult> cases;
+  std::vector<std::string> notes;  // run-level remarks (compare --candidate-dir: candidates with no golden)
   double wall_s = 0;
 
   // 1 if any Incorrect/Failed/Hung; else 2 if any Stale; else 125 if nothing Passed; else 0.

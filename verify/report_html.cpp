@@ -203,7 +203,11 @@ double worst_ratio(const CaseResult& c) {
   return w;
 }
 
-std::string tensor_section(const TensorReport& t, const std::string& id) {
+// Plots are drawn for the first kMaxPlotted failing tensors of a report (each heatmap is up to 64 x 64
+// cells); later failing tensors keep their text (summary, indices, policy entry).
+constexpr int kMaxPlotted = 60;
+
+std::string tensor_section(const TensorReport& t, const std::string& id, bool plots) {
   std::string s = fmt::format("<div class=\"tensor {}\" id=\"{}\">\n<h3>{} <span class=\"dim\">{} {}</span> <span class=\"v {}\">{}</span></h3>\n",
                               t.verdict == Verdict::Passed ? "passing" : "failing", id, esc(t.name), name(t.dtype),
                               shape_str(t.shape), verdict_class(t.verdict), verdict_name(t.verdict));
@@ -227,7 +231,9 @@ std::string tensor_section(const TensorReport& t, const std::string& id) {
                                        tol.period > 0 ? fmt::format(" (modulo {:g})", tol.period) : "",
                                        tol.max_mismatch ? fmt::format(", up to {} mismatches", tol.max_mismatch) : "")),
                    esc(tol.why));
-  if (t.error_profile) {
+  if (t.error_profile && !plots)
+    s += fmt::format("<p class=\"meta\">plots left out: only the first {} failing tensors of a report are plotted</p>\n", kMaxPlotted);
+  if (t.error_profile && plots) {
     const auto& p = *t.error_profile;
     s += fmt::format("<figure><figcaption>max error / allowed per {} position</figcaption>\n{}</figure>\n", esc(p.seq_axis),
                      seq_plot(p, id + "-seq"));
@@ -271,6 +277,7 @@ std::string to_html(const RunReport& r) {
                  Verdict::NotRun})
     if (r.count(v)) s += fmt::format("<span class=\"chip\"><span class=\"v {}\">{}</span> {}</span>", verdict_class(v), verdict_name(v), r.count(v));
   s += fmt::format("<span class=\"chip\">exit code {}</span></p>\n", r.exit_code());
+  for (const auto& n : r.notes) s += fmt::format("<p class=\"meta\">note: {}</p>\n", esc(n));
   s += "<table id=\"verdicts\">\n<thead><tr><th>verdict</th><th>kernel</th><th>case</th><th>profile</th>"
        "<th>worst error / allowed</th><th>reason</th></tr></thead>\n<tbody>\n";
   for (size_t k = 0; k < r.cases.size(); ++k) {
@@ -283,6 +290,7 @@ std::string to_html(const RunReport& r) {
                      esc(c.profile), w < 0 ? "-" : ratio_str(w), esc(short_reason(c.reason)));
   }
   s += "</tbody>\n</table>\n";
+  int plotted = 0;
   for (size_t k = 0; k < r.cases.size(); ++k) {
     const auto& c = r.cases[k];
     if (c.verdict == Verdict::Passed || c.verdict == Verdict::NotSupported) continue;
@@ -303,7 +311,7 @@ std::string to_html(const RunReport& r) {
       if (t.verdict == Verdict::Passed)
         passing += fmt::format("<li>{}: passed with margin {} allowed (max error / allowed)</li>", esc(t.name), ratio_str(t.max_ratio));
       else
-        s += tensor_section(t, fmt::format("case-{}-t{}", k, j));
+        s += tensor_section(t, fmt::format("case-{}-t{}", k, j), t.error_profile && plotted++ < kMaxPlotted);
     }
     if (!passing.empty()) s += "<ul class=\"passing-list\">" + passing + "</ul>\n";
     s += "</section>\n";

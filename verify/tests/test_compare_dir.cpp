@@ -136,6 +136,7 @@ TEST_CASE("compare --golden-dir pairs by case: Passed, Incorrect with repro, Not
   // The producer failed (Python's assay.check writes the traceback here).
   std::ofstream(cand / "t1_q16.error") << "RuntimeError: CUDA error: an illegal memory access (raised by mypkg:fwd)\n"
                                           "Traceback (most recent call last):\n  File \"k.py\", line 3\n";
+  write_candidate(cand / "t300_q265.h5", g_t300);  // a misspelt case: noted, not judged
   const auto html = d / "report.html", junit = d / "junit.xml", json = d / "report.json";
   auto r = run("compare --golden-dir " + kSsd.string() + " --candidate-dir " + cand.string() +
                " --case t1000_q64 --case t300_q256 --case fp32_t130 --case t1_q16 --case dt_limit --name mykernel --html " +
@@ -146,6 +147,9 @@ TEST_CASE("compare --golden-dir pairs by case: Passed, Incorrect with repro, Not
   REQUIRE(j["tool"] == "compare");
   REQUIRE(j["exit_code"] == 1);
   REQUIRE(j["cases"].size() == 5);
+  REQUIRE(j["notes"].size() == 1);
+  CHECK_THAT(j["notes"][0].get<std::string>(), Contains("t300_q265.h5: no golden"));
+  CHECK_THAT(r.out, Contains("note: "));
   std::map<std::string, nlohmann::json> by;
   for (const auto& c : j["cases"]) by[c["case"].get<std::string>()] = c;
   CHECK(by["t300_q256"]["verdict"] == "Passed");

@@ -359,6 +359,16 @@ TEST_CASE("reports: JSON counts and exit code, JUnit failure/error/skipped", "[c
   CHECK_THAT(h, assay_test::Contains(assay_test::html_escaped(default_tolerance(DType::f32).why)));
   CHECK(h.find("id=\"case-0\"") == std::string::npos);  // Passed: no section
   CHECK(h.find("id=\"case-3\"") != std::string::npos);  // Incorrect: a section
+  // Plots for the first 60 failing tensors only (a report of hundreds stays light); the rest keep their text.
+  {
+    RunReport big = r;
+    for (int i = 0; i < 70; ++i) big.cases[3].tensors.push_back(big.cases[3].tensors.back());
+    const auto hb = to_html(big);
+    size_t n = 0;
+    for (size_t p = hb.find("<svg class=\"seq-plot\""); p != std::string::npos; p = hb.find("<svg class=\"seq-plot\"", p + 1)) ++n;
+    CHECK(n == 60);
+    CHECK_THAT(hb, assay_test::Contains("plots left out: only the first 60 failing tensors"));
+  }
   RunReport none;
   CHECK(none.exit_code() == 125);
 }
