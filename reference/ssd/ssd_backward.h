@@ -1,0 +1,73 @@
+// Mamba-2 SSD backward (state-spaces/mamba `mamba_chunk_scan_combined` / ssd_combined,
+// `_mamba_chunk_scan_combined_bwd`), fp64 oracle: the definitional reverse-mode adjoint of the
+// token-by-token recurrence ssd::recurrence (ssd.h), written by hand (no autodiff).
+//
+// Convention: exactly the forward's (ssd.h), i.e. the upstream Triton kernels' where they and
+// the torch references differ: dt is ALWAYS clamped to (dt_min, dt_max); packed sequences
+// (seq_idx) reset the state to 0 at every id change, the virtual id before t = 0 is 0 (so
+// initial_states belongs to sequence id 0 only); D is added before the gate,
+// out = (y + D x) * silu(z); head h reads group g = h / (H/G).
+//
+// Tensors (axis letters as in ssd.h: B batch, T sequence, H heads, P head dim, G groups,
+// N state, S packed sequences), all dense row-major, all fp64 values and fp64 arithmetic
+// (no fast-math, no FMA contraction):
+//   inputs (as the forward):  x [B,T,H,P], dt [B,T,H] (raw), A [H], B, C [B,T,G,N],
+//                             D [H] or [H,P] (opt.), z [B,T,H,P] (opt.), dt_bias [H] (opt.),
+//                             initial_states [B,H,P,N] (opt.), seq_idx [B,T] (int, opt.),
+//                             cu_seqlens [S+1] (int, opt.)
+//   upstream gradients:       dout [B,T,H,P] (required), dfinal_states [B,H,P,N] (empty = 0),
+//                             dvarlen_states [S,H,P,N] (only with cu_seqlens; empty = 0)
+//   returned gradients:       dx [B,T,H,P], ddt [B,T,H] (w.r.t. the RAW dt), dA [H],
+//                             dB, dC [B,T,G,N] (summed over the H/G heads of each group),
+//                             dD (D's shape; empty without D), dz [B,T,H,P] (empty without z),
+//                             ddt_bias [H] (empty without dt_bias),
+//                             dinitial_states [B,H,P,N] (empty without initial_states)
+//
+// Per (b, h), g = h / (H/G), S in R^{P x N}, forward (ssd.h):
+//   S_{-1} = h0 (or 0);  for t: S_prev = reset_t ? 0 : S_{t-1};
+//     S_t = exp(Delta_t A_h) S_prev + Delta_t x_t (x) B_t;   y_t = S_t C_t;
+//     out_t = (y_t + D_h (.) x_t) (.) silu(z_t)
+// Reverse (dS carries dL/dS_t; starts at dfinal_states, plus dvarlen_states[n] at the last
+// token of sequence n):
+//   dy = dout (.) silu(z);  dz = dout (.) (y + D x) (.) silu'(z);  dD += dy (.) x;  dx += D dy
+//   dS_t += dy (x) C_t;     dC_t += S_t^T dy
+//   dx_t += Delta_t dS_t B_t;  dB_t += Delta_t dS_t^T x_t;  dDelta_t = <dS_t, x_t (x) B_t>
+//                                                           + <dS_t, S_prev> e A_h
+//   dA_h += <dS_t, S_prev> e Delta_t   (e = exp(Delta_t A_h))
+//   dS_{t-1} = reset_t ? 0 : e dS_t    (no gradient crosses a packed-sequence boundary);
+//   dinitial_states = dS_{-1} (0 if row b starts with an id != 0).
+// dt chain (process_dt): v = dt (+ dt_bias); s = softplus(v) if dt_softplus and v <= 20 else v;
+//   Delta = clamp(s, dt_min, dt_max).  ddt = dDelta * [dt_min <= s <= dt_max]
+//   * (sigmoid(v) if the softplus branch was taken else 1); ddt_bias[h] = sum_{b,t} ddt[b,t,h].
+//   The clamp passes the gradient at equality (as torch.clamp); it is zero where s was strictly
+//   outside [dt_min, dt_max], i.e. where the clamp changed the value.
+// The states are checkpointed every chunk_size tokens and recomputed segment by segment in the
+// reverse pass (memory O((T/Q + Q) P N) per (b, h)); the recomputation repeats the forward's
+// operations in the same order, so the recomputed states are bit-identical.
+#pragma once
+#include <vector>
+
+#include "reference/ssd/ssd.h"
+
+namespace assay::ssd {
+
+struct Grads {
+  std::vector<double> dx;               // [B,T,H,P]
+  std::vector<double> ddt;              // [B,T,H]  (w.r.t. the raw dt input)
+  std::vector<double> dA;               // [H]
+  std::vector<double> dB;               // [B,T,G,N]
+  std::vector<double> dC;               // [B,T,G,N]
+  std::vector<double> dD;               // [H] or [H,P] as D; empty without D
+  std::vector<double> dz;               // [B,T,H,P]; empty without z
+  std::vector<double> ddt_bias;         // [H]; empty without dt_bias
+  std::vector<double> dinitial_states;  // [B,H,P,N]; empty without initial_states
+};
+
+// Reverse-mode gradients of L = <dout, out> + <dfinal_states, final_states>
+// (+ <dvarlen_states, varlen_states> with cu_seqlens) through ssd::recurrence(p, in).
+// Throws InputError on malformed inputs (ssd::validate) or wrongly sized upstream gradients.
+Grads backward_recurrent(const Params& p, const Inputs& in, const std::vector<double>& dout,
+                         const std::vector<double>& dfinal_states = {},
+                         const std::vector<double>& dvarlen_states = {});
+
+}  // namespace assay::ssd

@@ -1,0 +1,333 @@
+// Tests of the SSD backward oracle (reference/ssd/ssd_backward.h): central finite differences in
+// fp64 of L = <dout, out> + <dfinal, final_states> (+ <dvarlen, varlen_states>) through the forward
+// recurrence, for every differentiable input, on tiny shapes; plus exact isolation of packed
+// sequences (no gradient crosses a seq_idx reset).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "catch_compat.h"
+#include "tests/common.h"
+#include "reference/core/check.h"
+#include "reference/ssd/ssd.h"
+#include "reference/ssd/ssd_backward.h"
+
+using namespace assay;
+using ssd::Grads;
+using ssd::Inputs;
+using ssd::Params;
+
+namespace {
+
+struct Rng : assay_test::SplitMix64 {
+  explicit Rng(uint64_t seed) : SplitMix64{seed} {}
+  double uni(double lo, double hi) { return lo + (hi - lo) * u01(); }
+  std::vector<double> vec(int64_t n, double lo, double hi) {
+    std::vector<double> v(n);
+    for (auto& e : v) e = uni(lo, hi);
+    return v;
+  }
+};
+
+struct Cfg {
+  int64_t B = 2, T = 7, H = 4, P = 3, G = 2, N = 4;
+  bool D = false, D_per_p = false, z = false, bias = false, h0 = false;
+  double dt_lo = -3.0, dt_hi = 1.0;
+  uint64_t seed = 7;
+};
+
+Inputs make_inputs(const Cfg& c) {
+  Rng r(c.seed);
+  Inputs in;
+  in.batch = c.B, in.seqlen = c.T, in.nheads = c.H, in.headdim = c.P, in.ngroups = c.G,
+  in.dstate = c.N;
+  in.x = r.vec(c.B * c.T * c.H * c.P, -1, 1);
+  in.dt = r.vec(c.B * c.T * c.H, c.dt_lo, c.dt_hi);
+  in.A = r.vec(c.H, -1.5, -0.2);
+  in.B = r.vec(c.B * c.T * c.G * c.N, -1, 1);
+  in.C = r.vec(c.B * c.T * c.G * c.N, -1, 1);
+  if (c.D) in.D = r.vec(c.D_per_p ? c.H * c.P : c.H, -1, 1);
+  if (c.z) in.z = r.vec(c.B * c.T * c.H * c.P, -2, 2);
+  if (c.bias) in.dt_bias = r.vec(c.H, -0.5, 0.5);
+  if (c.h0) in.initial_states = r.vec(c.B * c.H * c.P * c.N, -1, 1);
+  return in;
+}
+
+// Keep every pre-clamp dt value (after bias / softplus) at least `margin` away from the clamp
+// bounds and from the softplus threshold 20, so that no FD point crosses a kink.
+void keep_off_kinks(const Params& p, Inputs& in, double margin = 1e-3) {
+  for (size_t i = 0; i < in.dt.size(); ++i) {
+    const int64_t h = static_cast<int64_t>(i) % in.nheads;
+    for (int it = 0; it < 100; ++it) {
+      double v = in.dt[i] + (in.dt_bias.empty() ? 0.0 : in.dt_bias[h]);
+      const double s = p.dt_softplus && v <= 20.0 ? std::log1p(std::exp(v)) : v;
+      const bool near = std::fabs(s - p.dt_min) < margin || std::fabs(s - p.dt_max) < margin ||
+                        (p.dt_softplus && std::fabs(v - 20.0) < margin);
+      if (!near) break;
+      in.dt[i] += 10 * margin;
+    }
+  }
+}
+
+struct Upstream {
+  std::vector<double> dout, dfinal, dvarlen;
+};
+
+Upstream make_upstream(const Inputs& in, uint64_t seed, bool with_final = true) {
+  Rng r(seed);
+  Upstream u;
+  u.dout = r.vec(in.batch * in.seqlen * in.nheads * in.headdim, -1, 1);
+  if (with_final) u.dfinal = r.vec(in.batch * in.nheads * in.headdim * in.dstate, -1, 1);
+  if (!in.cu_seqlens.empty())
+    u.dvarlen = r.vec((static_cast<int64_t>(in.cu_seqlens.size()) - 1) * in.nheads * in.headdim *
+                          in.dstate,
+                      -1, 1);
+  return u;
+}
+
+double dot(const std::vector<double>& a, const std::vector<double>& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+double loss(const Params& p0, const Inputs& in, const Upstream& u) {
+  Params p = p0;
+  p.compute_bounds = false;
+  const auto r = ssd::recurrence(p, in);
+  return dot(u.dout, r.out) + dot(u.dfinal, r.final_states) + dot(u.dvarlen, r.varlen_states);
+}
+
+// Central FD of every element of every input against the analytic gradient; returns the worst
+// relative error over all inputs and prints it per input. rel = |a - fd| / max(|fd|, scale),
+// scale = 1e-2 * max |fd| over that input (1e-12 if the whole gradient vanishes).
+double gradcheck(const char* label, const Params& p, const Inputs& in, const Upstream& u) {
+  const Grads g = ssd::backward_recurrent(p, in, u.dout, u.dfinal, u.dvarlen);
+  struct Item {
+    const char* name;
+    std::vector<double> Inputs::*field;
+    const std::vector<double>* grad;
+  };
+  const std::vector<Item> items = {
+      {"x", &Inputs::x, &g.dx},           {"dt", &Inputs::dt, &g.ddt},
+      {"A", &Inputs::A, &g.dA},           {"B", &Inputs::B, &g.dB},
+      {"C", &Inputs::C, &g.dC},           {"D", &Inputs::D, &g.dD},
+      {"z", &Inputs::z, &g.dz},           {"dt_bias", &Inputs::dt_bias, &g.ddt_bias},
+      {"initial_states", &Inputs::initial_states, &g.dinitial_states}};
+  double worst = 0;
+  std::string line;
+  for (const auto& it : items) {
+    const std::vector<double>& v0 = in.*(it.field);
+    REQUIRE(it.grad->size() == v0.size());
+    if (v0.empty()) continue;
+    std::vector<double> fd(v0.size());
+    Inputs w = in;
+    for (size_t i = 0; i < v0.size(); ++i) {
+      const double h = 1e-6 * std::max(1.0, std::fabs(v0[i]));
+      (w.*(it.field))[i] = v0[i] + h;
+      const double lp = loss(p, w, u);
+      (w.*(it.field))[i] = v0[i] - h;
+      const double lm = loss(p, w, u);
+      (w.*(it.field))[i] = v0[i];
+      fd[i] = (lp - lm) / (2 * h);
+    }
+    double mx = 0;
+    for (double e : fd) mx = std::max(mx, std::fabs(e));
+    const double scale = mx > 0 ? 1e-2 * mx : 1e-12;
+    double rel = 0;
+    for (size_t i = 0; i < fd.size(); ++i)
+      rel = std::max(rel, std::fabs((*it.grad)[i] - fd[i]) / std::max(std::fabs(fd[i]), scale));
+    worst = std::max(worst, rel);
+    char buf[96];
+    std::snprintf(buf, sizeof buf, " %s=%.2e", it.name, rel);
+    line += buf;
+  }
+  std::printf("ssd backward gradcheck [%s] worst rel err per input:%s\n", label, line.c_str());
+  return worst;
+}
+
+constexpr double kTol = 1e-6;
+
+Params params(int64_t Q, bool softplus = true) {
+  Params p;
+  p.chunk_size = Q;
+  p.dt_softplus = softplus;
+  p.compute_bounds = false;
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("ssd backward: gradcheck, plain (no D, z, dt_bias, initial states)", "[cpu][L0]") {
+  Cfg c;
+  for (int64_t Q : {3, 64}) {  // Q: checkpoint segment length (3: several segments; 64 > T)
+    const Params p = params(Q);
+    Inputs in = make_inputs(c);
+    keep_off_kinks(p, in);
+    CHECK(gradcheck(Q == 3 ? "plain Q=3" : "plain Q=64", p, in, make_upstream(in, 11)) < kTol);
+  }
+}
+
+TEST_CASE("ssd backward: gradcheck with D and the z gate (D before the gate)", "[cpu][L0]") {
+  Cfg c;
+  c.D = c.z = true;
+  const Params p = params(3);
+  {
+    Inputs in = make_inputs(c);
+    keep_off_kinks(p, in);
+    CHECK(gradcheck("D[H] + z", p, in, make_upstream(in, 12)) < kTol);
+  }
+  {
+    c.D_per_p = true;
+    c.seed = 8;
+    Inputs in = make_inputs(c);
+    keep_off_kinks(p, in);
+    CHECK(gradcheck("D[H,P] + z", p, in, make_upstream(in, 13)) < kTol);
+  }
+  {
+    c.z = false;
+    Inputs in = make_inputs(c);
+    keep_off_kinks(p, in);
+    CHECK(gradcheck("D[H,P], no z", p, in, make_upstream(in, 14)) < kTol);
+  }
+}
+
+TEST_CASE("ssd backward: gradcheck with dt_bias and an active clamp", "[cpu][L0]") {
+  Cfg c;
+  c.bias = true;
+  c.D = c.z = true;
+  SECTION("softplus, dt_limit = (0.15, 1.0) clamps some tokens at each end") {
+    Params p = params(3);
+    p.dt_min = 0.15;
+    p.dt_max = 1.0;
+    Inputs in = make_inputs(c);
+    keep_off_kinks(p, in);
+    const auto delta = ssd::process_dt(p, in);
+    int lo = 0, hi = 0;
+    for (double d : delta) lo += d == p.dt_min, hi += d == p.dt_max;
+    REQUIRE(lo > 0);
+    REQUIRE(hi > 0);
+    const Upstream u = make_upstream(in, 15);
+    const Grads g = ssd::backward_recurrent(p, in, u.dout, u.dfinal);
+    for (size_t i = 0; i < delta.size(); ++i)
+      if (delta[i] == p.dt_min || delta[i] == p.dt_max) CHECK(g.ddt[i] == 0.0);
+    CHECK(gradcheck("bias + clamp (softplus)", p, in, u) < kTol);
+  }
+  SECTION("no softplus, default dt_limit (0, inf): negative dt + bias clamps to 0") {
+    const Params p = params(3, false);
+    c.dt_lo = -0.6;
+    c.dt_hi = 1.0;
+    Inputs in = make_inputs(c);
+    keep_off_kinks(p, in);
+    const auto delta = ssd::process_dt(p, in);
+    REQUIRE(std::count(delta.begin(), delta.end(), 0.0) > 0);
+    CHECK(gradcheck("bias + clamp at 0 (no softplus)", p, in, make_upstream(in, 16)) < kTol);
+  }
+}
+
+TEST_CASE("ssd backward: gradcheck with initial states (all options)", "[cpu][L0]") {
+  Cfg c;
+  c.D = c.z = c.bias = c.h0 = true;
+  const Params p = params(3);
+  Inputs in = make_inputs(c);
+  keep_off_kinks(p, in);
+  CHECK(gradcheck("initial_states + D + z + bias", p, in, make_upstream(in, 17)) < kTol);
+  // dfinal only: dinitial_states is the pure decay exp(A sum Delta) dfinal.
+  Upstream u = make_upstream(in, 18);
+  std::fill(u.dout.begin(), u.dout.end(), 0.0);
+  const Grads g = ssd::backward_recurrent(p, in, u.dout, u.dfinal);
+  const auto delta = ssd::process_dt(p, in);
+  const int64_t PN = c.P * c.N;
+  for (int64_t b = 0; b < c.B; ++b)
+    for (int64_t h = 0; h < c.H; ++h) {
+      double sum = 0;
+      for (int64_t t = 0; t < c.T; ++t) sum += delta[(b * c.T + t) * c.H + h];
+      const double decay = std::exp(sum * in.A[h]);
+      for (int64_t i = 0; i < PN; ++i) {
+        const int64_t k = (b * c.H + h) * PN + i;
+        CHECK(std::fabs(g.dinitial_states[k] - decay * u.dfinal[k]) <=
+              1e-14 * std::fabs(u.dfinal[k]));
+      }
+    }
+}
+
+TEST_CASE("ssd backward: gradcheck with seq_idx resets and varlen (cu_seqlens)", "[cpu][L0]") {
+  Cfg c;
+  c.D = c.z = c.bias = c.h0 = true;
+  SECTION("B=2 packed rows; row 1 starts with id 1 (initial_states dropped there)") {
+    const Params p = params(3);
+    Inputs in = make_inputs(c);
+    in.seq_idx = {0, 0, 0, 1, 1, 2, 2,   // row 0: resets at t = 3 (mid segment) and t = 5
+                  1, 1, 1, 1, 3, 3, 3};  // row 1: reset at t = 0 (id 1 != 0) and t = 4
+    keep_off_kinks(p, in);
+    const Upstream u = make_upstream(in, 19);
+    CHECK(gradcheck("seq_idx B=2", p, in, u) < kTol);
+    const Grads g = ssd::backward_recurrent(p, in, u.dout, u.dfinal);
+    const int64_t PN = c.P * c.N;
+    for (int64_t i = 0; i < c.H * PN; ++i) CHECK(g.dinitial_states[c.H * PN + i] == 0.0);
+  }
+  SECTION("B=1 varlen with an empty sequence; loss includes varlen_states") {
+    c.B = 1;
+    c.T = 9;
+    const Params p = params(4);
+    Inputs in = make_inputs(c);
+    in.cu_seqlens = {0, 3, 3, 7, 9};
+    in.seq_idx = {0, 0, 0, 2, 2, 2, 2, 3, 3};
+    keep_off_kinks(p, in);
+    CHECK(gradcheck("varlen B=1", p, in, make_upstream(in, 20)) < kTol);
+  }
+}
+
+TEST_CASE("ssd backward: no gradient crosses a packed-sequence reset", "[cpu][L0]") {
+  Cfg c;
+  c.D = c.z = c.bias = c.h0 = true;
+  c.B = 1;
+  c.T = 9;
+  const Params p = params(4);
+  Inputs in = make_inputs(c);
+  in.cu_seqlens = {0, 4, 9};
+  in.seq_idx = {0, 0, 0, 0, 1, 1, 1, 1, 1};
+  keep_off_kinks(p, in);
+  Upstream u = make_upstream(in, 21);
+  // Only sequence 1 is observed: dout on its tokens, dfinal (its final state), dvarlen[1].
+  const int64_t HP = c.H * c.P, PN = c.P * c.N;
+  std::fill(u.dout.begin(), u.dout.begin() + 4 * HP, 0.0);
+  std::fill(u.dvarlen.begin(), u.dvarlen.begin() + c.H * PN, 0.0);
+  const Grads g = ssd::backward_recurrent(p, in, u.dout, u.dfinal, u.dvarlen);
+  const int64_t GN = c.G * c.N;
+  double leak = 0, inside = 0;
+  for (int64_t t = 0; t < 9; ++t) {
+    double m = 0;
+    for (int64_t i = 0; i < HP; ++i) m = std::max({m, std::fabs(g.dx[t * HP + i]),
+                                                   std::fabs(g.dz[t * HP + i])});
+    for (int64_t i = 0; i < GN; ++i)
+      m = std::max({m, std::fabs(g.dB[t * GN + i]), std::fabs(g.dC[t * GN + i])});
+    for (int64_t h = 0; h < c.H; ++h) m = std::max(m, std::fabs(g.ddt[t * c.H + h]));
+    (t < 4 ? leak : inside) = std::max(t < 4 ? leak : inside, m);
+  }
+  for (double e : g.dinitial_states) leak = std::max(leak, std::fabs(e));
+  CHECK(leak == 0.0);
+  CHECK(inside > 0.1);
+  // And the converse direction by FD: perturbing sequence-0 inputs leaves L unchanged exactly.
+  Inputs w = in;
+  for (int64_t i = 0; i < 4 * HP; ++i) w.x[i] += 0.5;
+  for (int64_t i = 0; i < 4 * c.H; ++i) w.dt[i] += 0.3;
+  CHECK(loss(p, w, u) == loss(p, in, u));
+}
+
+TEST_CASE("ssd backward: malformed upstream gradients are refused", "[cpu][L0]") {
+  Cfg c;
+  const Params p = params(3);
+  const Inputs in = make_inputs(c);
+  Upstream u = make_upstream(in, 22);
+  u.dout.pop_back();
+  REQUIRE_THROWS_AS(ssd::backward_recurrent(p, in, u.dout, u.dfinal), InputError);
+  u = make_upstream(in, 22);
+  u.dfinal.pop_back();
+  REQUIRE_THROWS_AS(ssd::backward_recurrent(p, in, u.dout, u.dfinal), InputError);
+  u = make_upstream(in, 22);
+  REQUIRE_THROWS_AS(ssd::backward_recurrent(p, in, u.dout, u.dfinal, {1.0}), InputError);
+}
