@@ -12,6 +12,7 @@
 #include <Eigen/Dense>
 
 #include "catch_compat.h"
+#include "reference/ssd/tests/ssd_test_inputs.h"
 #include "tests/common.h"
 #include "reference/core/check.h"
 #include "reference/core/tensor.h"
@@ -24,43 +25,9 @@ using ssd::Params;
 
 namespace {
 
-// splitmix64: test-local deterministic inputs (the fixture RNG lives in fixtures/gen).
-struct Rng : assay_test::SplitMix64 {
-  explicit Rng(uint64_t seed) : SplitMix64{seed} {}
-  double uni(double lo, double hi) {  // [lo, hi)
-    return lo + (hi - lo) * static_cast<double>(next() >> 11) * 0x1.0p-53;
-  }
-  std::vector<double> vec(int64_t n, double lo, double hi) {
-    std::vector<double> v(n);
-    for (auto& e : v) e = uni(lo, hi);
-    return v;
-  }
-};
-
-struct Cfg {
-  int64_t B = 1, T = 65, H = 4, P = 8, G = 2, N = 8;
-  bool D = true, D_per_p = false, z = true, bias = true, h0 = true;
-  double a_lo = -1.5, a_hi = -0.2;     // A range
-  double dt_lo = -3.0, dt_hi = 1.0;    // raw dt range (softplus on by default)
-  uint64_t seed = 1;
-};
-
-Inputs make_inputs(const Cfg& c) {
-  Rng r(c.seed);
-  Inputs in;
-  in.batch = c.B, in.seqlen = c.T, in.nheads = c.H, in.headdim = c.P, in.ngroups = c.G,
-  in.dstate = c.N;
-  in.x = r.vec(c.B * c.T * c.H * c.P, -1, 1);
-  in.dt = r.vec(c.B * c.T * c.H, c.dt_lo, c.dt_hi);
-  in.A = r.vec(c.H, c.a_lo, c.a_hi);
-  in.B = r.vec(c.B * c.T * c.G * c.N, -1, 1);
-  in.C = r.vec(c.B * c.T * c.G * c.N, -1, 1);
-  if (c.D) in.D = r.vec(c.D_per_p ? c.H * c.P : c.H, -1, 1);
-  if (c.z) in.z = r.vec(c.B * c.T * c.H * c.P, -2, 2);
-  if (c.bias) in.dt_bias = r.vec(c.H, -0.5, 0.5);
-  if (c.h0) in.initial_states = r.vec(c.B * c.H * c.P * c.N, -1, 1);
-  return in;
-}
+using ssd_test::Cfg;
+using ssd_test::make_inputs;
+using ssd_test::Rng;
 
 Params params(int64_t Q, bool softplus = true) {
   Params p;

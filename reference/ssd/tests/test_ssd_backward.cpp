@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "catch_compat.h"
+#include "reference/ssd/tests/ssd_test_inputs.h"
 #include "tests/common.h"
 #include "reference/core/check.h"
 #include "reference/ssd/ssd.h"
@@ -22,38 +23,17 @@ using ssd::Params;
 
 namespace {
 
-struct Rng : assay_test::SplitMix64 {
-  explicit Rng(uint64_t seed) : SplitMix64{seed} {}
-  double uni(double lo, double hi) { return lo + (hi - lo) * u01(); }
-  std::vector<double> vec(int64_t n, double lo, double hi) {
-    std::vector<double> v(n);
-    for (auto& e : v) e = uni(lo, hi);
-    return v;
-  }
-};
+using ssd_test::Cfg;
+using ssd_test::make_inputs;
+using ssd_test::Rng;
 
-struct Cfg {
-  int64_t B = 2, T = 7, H = 4, P = 3, G = 2, N = 4;
-  bool D = false, D_per_p = false, z = false, bias = false, h0 = false;
-  double dt_lo = -3.0, dt_hi = 1.0;
-  uint64_t seed = 7;
-};
-
-Inputs make_inputs(const Cfg& c) {
-  Rng r(c.seed);
-  Inputs in;
-  in.batch = c.B, in.seqlen = c.T, in.nheads = c.H, in.headdim = c.P, in.ngroups = c.G,
-  in.dstate = c.N;
-  in.x = r.vec(c.B * c.T * c.H * c.P, -1, 1);
-  in.dt = r.vec(c.B * c.T * c.H, c.dt_lo, c.dt_hi);
-  in.A = r.vec(c.H, -1.5, -0.2);
-  in.B = r.vec(c.B * c.T * c.G * c.N, -1, 1);
-  in.C = r.vec(c.B * c.T * c.G * c.N, -1, 1);
-  if (c.D) in.D = r.vec(c.D_per_p ? c.H * c.P : c.H, -1, 1);
-  if (c.z) in.z = r.vec(c.B * c.T * c.H * c.P, -2, 2);
-  if (c.bias) in.dt_bias = r.vec(c.H, -0.5, 0.5);
-  if (c.h0) in.initial_states = r.vec(c.B * c.H * c.P * c.N, -1, 1);
-  return in;
+// The gradcheck's tiny shapes: every feature off unless a test turns it on.
+Cfg tiny() {
+  Cfg c;
+  c.B = 2, c.T = 7, c.H = 4, c.P = 3, c.G = 2, c.N = 4;
+  c.D = c.z = c.bias = c.h0 = false;
+  c.seed = 7;
+  return c;
 }
 
 // Keep every pre-clamp dt value (after bias / softplus) at least `margin` away from the clamp
@@ -162,7 +142,7 @@ Params params(int64_t Q, bool softplus = true) {
 }  // namespace
 
 TEST_CASE("ssd backward: gradcheck, plain (no D, z, dt_bias, initial states)", "[cpu][L0]") {
-  Cfg c;
+  Cfg c = tiny();
   for (int64_t Q : {3, 64}) {  // Q: checkpoint segment length (3: several segments; 64 > T)
     const Params p = params(Q);
     Inputs in = make_inputs(c);
@@ -172,7 +152,7 @@ TEST_CASE("ssd backward: gradcheck, plain (no D, z, dt_bias, initial states)", "
 }
 
 TEST_CASE("ssd backward: gradcheck with D and the z gate (D before the gate)", "[cpu][L0]") {
-  Cfg c;
+  Cfg c = tiny();
   c.D = c.z = true;
   const Params p = params(3);
   {
@@ -196,7 +176,7 @@ TEST_CASE("ssd backward: gradcheck with D and the z gate (D before the gate)", "
 }
 
 TEST_CASE("ssd backward: gradcheck with dt_bias and an active clamp", "[cpu][L0]") {
-  Cfg c;
+  Cfg c = tiny();
   c.bias = true;
   c.D = c.z = true;
   SECTION("softplus, dt_limit = (0.15, 1.0) clamps some tokens at each end") {
@@ -229,7 +209,7 @@ TEST_CASE("ssd backward: gradcheck with dt_bias and an active clamp", "[cpu][L0]
 }
 
 TEST_CASE("ssd backward: gradcheck with initial states (all options)", "[cpu][L0]") {
-  Cfg c;
+  Cfg c = tiny();
   c.D = c.z = c.bias = c.h0 = true;
   const Params p = params(3);
   Inputs in = make_inputs(c);
@@ -255,7 +235,7 @@ TEST_CASE("ssd backward: gradcheck with initial states (all options)", "[cpu][L0
 }
 
 TEST_CASE("ssd backward: gradcheck with seq_idx resets and varlen (cu_seqlens)", "[cpu][L0]") {
-  Cfg c;
+  Cfg c = tiny();
   c.D = c.z = c.bias = c.h0 = true;
   SECTION("B=2 packed rows; row 1 starts with id 1 (initial_states dropped there)") {
     const Params p = params(3);
@@ -282,7 +262,7 @@ TEST_CASE("ssd backward: gradcheck with seq_idx resets and varlen (cu_seqlens)",
 }
 
 TEST_CASE("ssd backward: no gradient crosses a packed-sequence reset", "[cpu][L0]") {
-  Cfg c;
+  Cfg c = tiny();
   c.D = c.z = c.bias = c.h0 = true;
   c.B = 1;
   c.T = 9;
@@ -319,7 +299,7 @@ TEST_CASE("ssd backward: no gradient crosses a packed-sequence reset", "[cpu][L0
 }
 
 TEST_CASE("ssd backward: malformed upstream gradients are refused", "[cpu][L0]") {
-  Cfg c;
+  Cfg c = tiny();
   const Params p = params(3);
   const Inputs in = make_inputs(c);
   Upstream u = make_upstream(in, 22);
