@@ -22,13 +22,14 @@
 #include <fmt/format.h>
 
 #include "reference/core/check.h"
+#include "reference/ssd/ssd_chunk_math.h"
 
 namespace assay::ssd {
 
 namespace {
 
-using RowMat = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-using CMap = Eigen::Map<const RowMat, 0, Eigen::OuterStride<>>;
+using detail::CMap;
+using detail::RowMat;
 
 double silu(double v) { return v / (1.0 + std::exp(-v)); }
 
@@ -161,17 +162,9 @@ Core chunked_core(const Inputs& in, const Dims& d, const std::vector<double>& de
         dl[l] = delta[(b * d.T + t0 + l) * d.H + h];
         a[l] = dl[l] * A;
       }
-      // seg(l, s) = sum_{k=s+1..l} a_k, summed from l downwards (no cancellation); acum_l is
-      // the same masked sum down to k = 0.
-      RowMat seg = RowMat::Zero(Qc, Qc);
-      for (int64_t l = 0; l < Qc; ++l) {
-        double acc = 0;
-        for (int64_t s = l; s >= 0; --s) {
-          seg(l, s) = acc;
-          acc += a[s];
-        }
-        acum[l] = acc;
-      }
+      // seg(l, s) = sum_{k=s+1..l} a_k and acum_l (ssd_chunk_math.h).
+      RowMat seg;
+      detail::segment_sums(a, seg, acum);
       const CMap X(&x[((b * d.T + t0) * d.H + h) * d.P], Qc, d.P, Eigen::OuterStride<>(d.H * d.P));
       const CMap Bc(&Bm[((b * d.T + t0) * d.G + g) * d.N], Qc, d.N, Eigen::OuterStride<>(d.G * d.N));
       const CMap Cc(&Cm[((b * d.T + t0) * d.G + g) * d.N], Qc, d.N, Eigen::OuterStride<>(d.G * d.N));

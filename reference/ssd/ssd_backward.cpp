@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "reference/core/check.h"
+#include "reference/ssd/ssd_backward_internal.h"
 
 namespace assay::ssd {
 
@@ -21,13 +22,13 @@ double dsilu(double v) {
 
 }  // namespace
 
-Grads backward_recurrent(const Params& p, const Inputs& in, const std::vector<double>& dout,
-                         const std::vector<double>& dfinal_states,
-                         const std::vector<double>& dvarlen_states) {
-  validate(p, in);
-  const int64_t Bn = in.batch, T = in.seqlen, H = in.nheads, P = in.headdim, G = in.ngroups,
-                N = in.dstate, Q = p.chunk_size;
-  const int64_t NC = (T + Q - 1) / Q, PN = P * N, hpg = H / G;
+namespace detail {
+
+void check_upstream(const Inputs& in, const std::vector<double>& dout,
+                    const std::vector<double>& dfinal_states,
+                    const std::vector<double>& dvarlen_states) {
+  const int64_t Bn = in.batch, T = in.seqlen, H = in.nheads, P = in.headdim, N = in.dstate;
+  const int64_t PN = P * N;
   const int64_t S = in.cu_seqlens.empty() ? 0 : static_cast<int64_t>(in.cu_seqlens.size()) - 1;
   ASSAY_INPUT_CHECK(static_cast<int64_t>(dout.size()) == Bn * T * H * P,
                     "ssd backward: dout has {} values, expected B*T*H*P={}", dout.size(),
@@ -46,28 +47,108 @@ Grads backward_recurrent(const Params& p, const Inputs& in, const std::vector<do
     ASSAY_INPUT_CHECK(std::isfinite(e), "ssd backward: dfinal_states non-finite");
   for (double e : dvarlen_states)
     ASSAY_INPUT_CHECK(std::isfinite(e), "ssd backward: dvarlen_states non-finite");
+}
 
-  const std::vector<double> delta = process_dt(p, in);
-  const bool has_D = !in.D.empty(), has_z = !in.z.empty(), has_h0 = !in.initial_states.empty();
-  const bool D_per_p = static_cast<int64_t>(in.D.size()) == H * P;
-
+Grads zero_grads(const Inputs& in) {
+  const int64_t Bn = in.batch, T = in.seqlen, H = in.nheads, P = in.headdim, G = in.ngroups,
+                N = in.dstate;
   Grads gr;
   gr.dx.assign(Bn * T * H * P, 0.0);
   gr.ddt.assign(Bn * T * H, 0.0);
   gr.dA.assign(H, 0.0);
   gr.dB.assign(Bn * T * G * N, 0.0);
   gr.dC.assign(Bn * T * G * N, 0.0);
-  if (has_D) gr.dD.assign(in.D.size(), 0.0);
-  if (has_z) gr.dz.assign(Bn * T * H * P, 0.0);
+  if (!in.D.empty()) gr.dD.assign(in.D.size(), 0.0);
+  if (!in.z.empty()) gr.dz.assign(Bn * T * H * P, 0.0);
   if (!in.dt_bias.empty()) gr.ddt_bias.assign(H, 0.0);
-  if (has_h0) gr.dinitial_states.assign(Bn * H * PN, 0.0);
+  if (!in.initial_states.empty()) gr.dinitial_states.assign(Bn * H * P * N, 0.0);
+  return gr;
+}
+
+std::vector<int64_t> seq_ending_at(const Inputs& in) {
+  const int64_t S = in.cu_seqlens.empty() ? 0 : static_cast<int64_t>(in.cu_seqlens.size()) - 1;
+  std::vector<int64_t> r(in.seqlen, -1);
+  for (int64_t n = 0; n < S; ++n)
+    if (in.cu_seqlens[n + 1] > in.cu_seqlens[n]) r[in.cu_seqlens[n + 1] - 1] = n;
+  return r;
+}
+
+void epilogue_token(const Inputs& in, int64_t h, int64_t ip, const std::vector<double>& dout,
+                    const double* y, double* dy, Grads& gr, double* dD_row) {
+  const int64_t P = in.headdim;
+  const bool has_D = !in.D.empty(), has_z = !in.z.empty();
+  const bool D_per_p = static_cast<int64_t>(in.D.size()) == in.nheads * P;
+  const double* xt = &in.x[ip];
+  for (int64_t pp = 0; pp < P; ++pp) {
+    const double go = dout[ip + pp];
+    if (has_z || has_D) {
+      const double Dv = has_D ? (D_per_p ? in.D[h * P + pp] : in.D[h]) : 0.0;
+      double gate = 1.0;
+      if (has_z) {
+        const double skip = has_D ? Dv * xt[pp] : 0.0;
+        gate = silu(in.z[ip + pp]);
+        gr.dz[ip + pp] = go * (y[pp] + skip) * dsilu(in.z[ip + pp]);
+      }
+      dy[pp] = go * gate;
+      if (has_D) {
+        dD_row[pp] += dy[pp] * xt[pp];
+        gr.dx[ip + pp] += Dv * dy[pp];
+      }
+    } else {
+      dy[pp] = go;
+    }
+  }
+}
+
+void finish(const Params& p, const Inputs& in, const std::vector<double>& ddelta,
+            const std::vector<double>& dA_part, const std::vector<double>& dD_part, Grads& gr) {
+  const int64_t Bn = in.batch, T = in.seqlen, H = in.nheads, P = in.headdim;
+  const bool has_D = !in.D.empty();
+  const bool D_per_p = static_cast<int64_t>(in.D.size()) == H * P;
+  // Reductions over the batch (serial, fixed order) and the dt chain.
+  for (int64_t b = 0; b < Bn; ++b)
+    for (int64_t h = 0; h < H; ++h) {
+      gr.dA[h] += dA_part[b * H + h];
+      if (has_D)
+        for (int64_t pp = 0; pp < P; ++pp)
+          gr.dD[D_per_p ? h * P + pp : h] += dD_part[(b * H + h) * P + pp];
+    }
+  for (int64_t i = 0; i < Bn * T * H; ++i) {
+    const int64_t h = i % H;
+    double v = in.dt[i];
+    if (!in.dt_bias.empty()) v += in.dt_bias[h];
+    double dv = 1.0, s = v;
+    if (p.dt_softplus && v <= 20.0) {
+      s = std::log1p(std::exp(v));
+      dv = sigmoid(v);
+    }
+    const bool clamped = s < p.dt_min || s > p.dt_max;
+    gr.ddt[i] = clamped ? 0.0 : ddelta[i] * dv;
+  }
+  if (!in.dt_bias.empty())
+    for (int64_t i = 0; i < Bn * T * H; ++i) gr.ddt_bias[i % H] += gr.ddt[i];
+}
+
+}  // namespace detail
+
+Grads backward_recurrent(const Params& p, const Inputs& in, const std::vector<double>& dout,
+                         const std::vector<double>& dfinal_states,
+                         const std::vector<double>& dvarlen_states) {
+  validate(p, in);
+  const int64_t Bn = in.batch, T = in.seqlen, H = in.nheads, P = in.headdim, G = in.ngroups,
+                N = in.dstate, Q = p.chunk_size;
+  const int64_t NC = (T + Q - 1) / Q, PN = P * N, hpg = H / G;
+  detail::check_upstream(in, dout, dfinal_states, dvarlen_states);
+
+  const std::vector<double> delta = process_dt(p, in);
+  const bool has_D = !in.D.empty(), has_z = !in.z.empty(), has_h0 = !in.initial_states.empty();
+
+  Grads gr = detail::zero_grads(in);
 
   std::vector<double> ddelta(Bn * T * H, 0.0);
   std::vector<double> dA_part(Bn * H, 0.0);                     // per (b, h), reduced below
   std::vector<double> dD_part(has_D ? Bn * H * P : 0, 0.0);     // per (b, h, p)
-  std::vector<int64_t> seq_ending_at(T, -1);
-  for (int64_t n = 0; n < S; ++n)
-    if (in.cu_seqlens[n + 1] > in.cu_seqlens[n]) seq_ending_at[in.cu_seqlens[n + 1] - 1] = n;
+  const std::vector<int64_t> seq_ending_at = detail::seq_ending_at(in);
 
   // Tasks (b, g) own disjoint slices of dB / dC (b, t, g) and of dx / ddelta / dz / dh0 (b, h).
 #pragma omp parallel for schedule(static)
@@ -80,7 +161,7 @@ Grads backward_recurrent(const Params& p, const Inputs& in, const std::vector<do
     };
     std::vector<double> ck(NC * PN, 0.0);   // S after token kQ-1 (k = 0: h0 or 0), before reset
     std::vector<double> St(Q * PN, 0.0);    // states S_t of the current segment
-    std::vector<double> dS(PN), dy(P);
+    std::vector<double> dS(PN), dy(P), yt(P);
     for (int64_t h = g * hpg; h < (g + 1) * hpg; ++h) {
       const int64_t bh = b * H + h;
       const double A = in.A[h];
@@ -134,28 +215,15 @@ Grads backward_recurrent(const Params& p, const Inputs& in, const std::vector<do
             const double* dv = &dvarlen_states[(seq_ending_at[t] * H + h) * PN];
             for (int64_t i = 0; i < PN; ++i) dS[i] += dv[i];
           }
-          // Epilogue: out = (y + D x) * silu(z), y = S_t C_t.
-          for (int64_t pp = 0; pp < P; ++pp) {
-            const double go = dout[ip + pp];
-            if (has_z || has_D) {
-              const double Dv = has_D ? (D_per_p ? in.D[h * P + pp] : in.D[h]) : 0.0;
-              double gate = 1.0;
-              if (has_z) {
-                double y = 0;
-                for (int64_t n = 0; n < N; ++n) y += Scur[pp * N + n] * Ct[n];
-                const double skip = has_D ? Dv * xt[pp] : 0.0;
-                gate = silu(in.z[ip + pp]);
-                gr.dz[ip + pp] = go * (y + skip) * dsilu(in.z[ip + pp]);
-              }
-              dy[pp] = go * gate;
-              if (has_D) {
-                dD_part[bh * P + pp] += dy[pp] * xt[pp];
-                dxt[pp] += Dv * dy[pp];
-              }
-            } else {
-              dy[pp] = go;
+          // Epilogue: out = (y + D x) * silu(z), y = S_t C_t (y needed only for dz).
+          if (has_z)
+            for (int64_t pp = 0; pp < P; ++pp) {
+              double acc = 0;
+              for (int64_t n = 0; n < N; ++n) acc += Scur[pp * N + n] * Ct[n];
+              yt[pp] = acc;
             }
-          }
+          detail::epilogue_token(in, h, ip, dout, yt.data(), dy.data(), gr,
+                                 has_D ? &dD_part[bh * P] : nullptr);
           for (int64_t pp = 0; pp < P; ++pp)
             for (int64_t n = 0; n < N; ++n) {
               dS[pp * N + n] += dy[pp] * Ct[n];
@@ -187,28 +255,7 @@ Grads backward_recurrent(const Params& p, const Inputs& in, const std::vector<do
     }
   }
 
-  // Reductions over the batch (serial, fixed order) and the dt chain.
-  for (int64_t b = 0; b < Bn; ++b)
-    for (int64_t h = 0; h < H; ++h) {
-      gr.dA[h] += dA_part[b * H + h];
-      if (has_D)
-        for (int64_t pp = 0; pp < P; ++pp)
-          gr.dD[D_per_p ? h * P + pp : h] += dD_part[(b * H + h) * P + pp];
-    }
-  for (int64_t i = 0; i < Bn * T * H; ++i) {
-    const int64_t h = i % H;
-    double v = in.dt[i];
-    if (!in.dt_bias.empty()) v += in.dt_bias[h];
-    double dv = 1.0, s = v;
-    if (p.dt_softplus && v <= 20.0) {
-      s = std::log1p(std::exp(v));
-      dv = sigmoid(v);
-    }
-    const bool clamped = s < p.dt_min || s > p.dt_max;
-    gr.ddt[i] = clamped ? 0.0 : ddelta[i] * dv;
-  }
-  if (!in.dt_bias.empty())
-    for (int64_t i = 0; i < Bn * T * H; ++i) gr.ddt_bias[i % H] += gr.ddt[i];
+  detail::finish(p, in, ddelta, dA_part, dD_part, gr);
   return gr;
 }
 

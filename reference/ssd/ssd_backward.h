@@ -70,4 +70,40 @@ Grads backward_recurrent(const Params& p, const Inputs& in, const std::vector<do
                          const std::vector<double>& dfinal_states = {},
                          const std::vector<double>& dvarlen_states = {});
 
+// The same gradients by the CHUNKED form (ssd_backward_chunked.cpp), the decomposition of the
+// kernels' `_mamba_chunk_scan_combined_bwd` (chunk_scan_bwd_dstates, state_passing_bwd,
+// chunk_state_bwd, chunk_scan_bwd_dx / dC / dcb, the dA_cumsum / ddt chain). The forward is
+// recomputed by ssd::chunked (SSM part y and the chunk-start states S_start(c)); then per (b, h)
+// the chunks c = NC-1 .. 0 of Qc = min(Q, T - cQ) tokens are visited in reverse, with the
+// forward's notation (ssd.h, form 2): a_l = Delta_l A_h, Acum_l = sum_{k<=l} a_k (chunk-local),
+// seg(l, s) = sum_{k=s+1..l} a_k, seq_prev = the id at the end of chunk c-1 (0 for c = 0),
+// seq_end = the id of the chunk's last token.
+//   Passed BETWEEN chunks (backwards): dS_end(c) = the adjoint of S_start(c+1) (the state after
+//   the chunk), starting at dfinal_states for the last chunk; the chunk produces
+//     dS_start(c) = [seq_end == seq_prev] exp(Acum_{Qc-1}) dS_end(c)            (state passing)
+//                 + sum_l [seq_l == seq_prev] exp(Acum_l) dy_l (x) C_l            (dstates, C side)
+//                 + sum_{n ends in c} [start_n < cQ or n == 0] exp(Acum_{e_n-1}) dvarlen[n]
+//   and dS_end(c-1) = dS_start(c), so the mask [seq_end == seq_prev] (and [seq_l == seq_prev])
+//   zeroes the adjoint across a packed-sequence reset exactly as the forward's masks drop the
+//   carried state; dinitial_states = dS_start(0) (0 when row b starts with an id != 0).
+//   Computed PER CHUNK (dy = dout (.) silu(z) from the shared epilogue adjoint):
+//   * intra-chunk: y_l = sum_{s<=l, seq_s == seq_l} exp(seg(l,s)) (C_l.B_s) Delta_s x_s:
+//       dCB(l,s) = exp(seg) Delta_s (dy_l.x_s) -> dC_l += dCB B_s, dB_s += dCB C_l;
+//       dx_s += exp(seg) CB Delta_s dy_l; dDelta_s += exp(seg) CB (dy_l.x_s); dseg(l,s) = the
+//       same times Delta_s;
+//   * state to output: y_l += [seq_l == seq_prev] exp(Acum_l) S_start(c) C_l:
+//       dC_l += exp(Acum_l) S_start^T dy_l; dAcum_l += exp(Acum_l) dy_l.(S_start C_l); dS_start;
+//   * chunk state: st = sum_{seq_s == seq_end} exp(seg(Qc-1,s)) Delta_s x_s (x) B_s, adjoint
+//       dS_end(c): dx_s, dB_s, dDelta_s, dseg(Qc-1,s); carry: dAcum_{Qc-1} += exp(Acum_{Qc-1})
+//       <dS_end, S_start> when seq_end == seq_prev; varlen_states likewise from dvarlen[n]
+//       (the chunk-local sum over s in [max(start_n - cQ, 0), e_n) and the carried term);
+//   * the decay chain: with cum_l = Acum_l, seg(l,s) = cum_l - cum_s, so
+//       dcum_l = sum_s dseg(l,s) - sum_l' dseg(l',l) + dAcum_l, da_k = sum_{l>=k} dcum_l
+//       (reverse cumsum), dDelta_k += A_h da_k, dA_h += Delta_k da_k.
+// Then D, z and the dt chain (bias, softplus, clamp) as backward_recurrent (shared helpers).
+// Agrees with backward_recurrent to ~1e-15 relative (tests: <= kFormTolerance = 1e-12).
+Grads backward_chunked(const Params& p, const Inputs& in, const std::vector<double>& dout,
+                       const std::vector<double>& dfinal_states = {},
+                       const std::vector<double>& dvarlen_states = {});
+
 }  // namespace assay::ssd

@@ -1,7 +1,9 @@
 // Tests of the SSD backward oracle (reference/ssd/ssd_backward.h): central finite differences in
 // fp64 of L = <dout, out> + <dfinal, final_states> (+ <dvarlen, varlen_states>) through the forward
 // recurrence, for every differentiable input, on tiny shapes; plus exact isolation of packed
-// sequences (no gradient crosses a seq_idx reset).
+// sequences (no gradient crosses a seq_idx reset); and the two-forms rule for the backward:
+// ssd::backward_chunked agrees with ssd::backward_recurrent to kFormTolerance (agreement_rel) on
+// every gradient tensor.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -310,4 +312,139 @@ TEST_CASE("ssd backward: malformed upstream gradients are refused", "[cpu][L0]")
   REQUIRE_THROWS_AS(ssd::backward_recurrent(p, in, u.dout, u.dfinal), InputError);
   u = make_upstream(in, 22);
   REQUIRE_THROWS_AS(ssd::backward_recurrent(p, in, u.dout, u.dfinal, {1.0}), InputError);
+}
+
+// ---------------------------------------------------------------- chunked vs recurrent backward
+namespace {
+
+struct GradAgreement {
+  std::vector<std::pair<const char*, double>> worst = {
+      {"dx", 0},  {"ddt", 0}, {"dA", 0},       {"dB", 0},         {"dC", 0},
+      {"dD", 0},  {"dz", 0},  {"ddt_bias", 0}, {"dinitial_states", 0}};
+  int cases = 0;
+  // agreement_rel(chunked, recurrent) per tensor; returns the worst of this case.
+  double add(const Grads& ch, const Grads& rc) {
+    const std::vector<double>* a[] = {&ch.dx, &ch.ddt, &ch.dA, &ch.dB, &ch.dC,
+                                      &ch.dD, &ch.dz,  &ch.ddt_bias, &ch.dinitial_states};
+    const std::vector<double>* r[] = {&rc.dx, &rc.ddt, &rc.dA, &rc.dB, &rc.dC,
+                                      &rc.dD, &rc.dz,  &rc.ddt_bias, &rc.dinitial_states};
+    double w = 0;
+    for (size_t i = 0; i < worst.size(); ++i) {
+      REQUIRE(a[i]->size() == r[i]->size());
+      const double e = agreement_rel(*a[i], *r[i]);
+      worst[i].second = std::max(worst[i].second, e);
+      w = std::max(w, e);
+    }
+    ++cases;
+    return w;
+  }
+};
+
+// Resets of row 0 at t in {3, 4, 5, 16, 33, 64, 100} (chunk boundaries for Q = 1, 3, 4, 16, 64
+// and mid-chunk ones, length-1 sequences at 3 and 4); row 1 starts with id 1 (initial_states
+// dropped) and resets at t in {1, 7, 20, 65}.
+std::vector<int64_t> make_seq_idx(int64_t B, int64_t T) {
+  std::vector<int64_t> s(B * T);
+  const std::vector<std::vector<int64_t>> resets = {{3, 4, 5, 16, 33, 64, 100}, {1, 7, 20, 65}};
+  for (int64_t b = 0; b < B; ++b) {
+    int64_t id = b == 0 ? 0 : 1;
+    for (int64_t t = 0; t < T; ++t) {
+      const auto& r = resets[b % 2];
+      if (std::find(r.begin(), r.end(), t) != r.end()) id += 1 + b;  // ids may skip values
+      s[b * T + t] = id;
+    }
+  }
+  return s;
+}
+
+// cu_seqlens with an empty sequence at 3 and a trailing empty one: {0, 3, 3, 5, 16, 40, 64, 70,
+// 129 (those < T), T, T}; seq_idx from it.
+void make_varlen(Inputs& in) {
+  const int64_t T = in.seqlen;
+  std::vector<int64_t> cu = {0};
+  for (int64_t e : {3, 3, 5, 16, 40, 64, 70, 129})
+    if (e < T) cu.push_back(e);
+  cu.push_back(T);
+  cu.push_back(T);
+  in.cu_seqlens = cu;
+  in.seq_idx.assign(T, 0);
+  for (size_t n = 0; n + 1 < cu.size(); ++n)
+    for (int64_t t = cu[n]; t < cu[n + 1]; ++t) in.seq_idx[t] = static_cast<int64_t>(n);
+}
+
+}  // namespace
+
+TEST_CASE("ssd backward: chunked form agrees with the recurrent form", "[cpu][L0]") {
+  GradAgreement ag;
+  int clamped_lo = 0, clamped_hi = 0;
+  for (int64_t T : {1, 7, 37, 65, 130})
+    for (int64_t Q : {1, 3, 4, 16, 64})
+      for (int variant = 0; variant < 5; ++variant) {
+        Cfg c;
+        c.B = 2, c.T = T, c.H = 4, c.P = 5, c.G = 2, c.N = 6;
+        c.seed = 1000 + 37 * T + 5 * Q + variant;
+        Params p = params(Q);
+        bool with_final = true;
+        const char* what = "";
+        switch (variant) {
+          case 0:  // plain, dfinal_states only as the state gradient
+            what = "plain";
+            c.D = c.z = c.bias = c.h0 = false;
+            break;
+          case 1:  // D[H], z, dt_bias, an active clamp on both sides, initial states
+            what = "D[H] z bias clamp h0";
+            p.dt_min = 0.15, p.dt_max = 1.0;
+            break;
+          case 2:  // D[H,P], no z, no softplus with the default clamp at 0, no dfinal
+            what = "D[H,P] clamp0 h0, no dfinal";
+            c.D_per_p = true, c.z = false;
+            p.dt_softplus = false;
+            c.dt_lo = -0.6, c.dt_hi = 1.0;
+            with_final = false;
+            break;
+          case 3:  // seq_idx resets, B = 2
+            what = "seq_idx B=2";
+            c.D_per_p = true;
+            p.dt_min = 0.15, p.dt_max = 1.0;
+            break;
+          case 4:  // varlen: cu_seqlens with empty sequences, dvarlen_states + dfinal_states
+            what = "varlen B=1";
+            c.B = 1;
+            break;
+        }
+        Inputs in = make_inputs(c);
+        if (variant == 3) in.seq_idx = make_seq_idx(c.B, T);
+        if (variant == 4) make_varlen(in);
+        if (variant == 1)
+          for (double d : ssd::process_dt(p, in))
+            clamped_lo += d == p.dt_min, clamped_hi += d == p.dt_max;
+        const Upstream u = make_upstream(in, c.seed + 1, with_final);
+        const Grads rc = ssd::backward_recurrent(p, in, u.dout, u.dfinal, u.dvarlen);
+        const Grads ch = ssd::backward_chunked(p, in, u.dout, u.dfinal, u.dvarlen);
+        const double w = ag.add(ch, rc);
+        INFO("T=" << T << " Q=" << Q << " " << what << " worst agreement " << w);
+        CHECK(w <= ssd::kFormTolerance);
+      }
+  REQUIRE(clamped_lo > 0);
+  REQUIRE(clamped_hi > 0);
+  std::string line;
+  for (const auto& [name, w] : ag.worst) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, " %s=%.2e", name, w);
+    line += buf;
+    CHECK(w <= ssd::kFormTolerance);
+  }
+  std::printf("ssd backward chunked vs recurrent, %d cases, worst agreement_rel per gradient:%s\n",
+              ag.cases, line.c_str());
+}
+
+TEST_CASE("ssd backward: chunked form refuses malformed upstream gradients", "[cpu][L0]") {
+  Cfg c = tiny();
+  const Params p = params(3);
+  const Inputs in = make_inputs(c);
+  Upstream u = make_upstream(in, 22);
+  u.dout.pop_back();
+  REQUIRE_THROWS_AS(ssd::backward_chunked(p, in, u.dout, u.dfinal), InputError);
+  u = make_upstream(in, 22);
+  REQUIRE_THROWS_AS(ssd::backward_chunked(p, in, u.dout, u.dfinal, {1.0}), InputError);
 }

@@ -1,0 +1,188 @@
+// Mamba-2 SSD backward, chunked form: see ssd_backward.h (backward_chunked) for the decomposition.
+#include <algorithm>
+#include <cmath>
+
+#include <Eigen/Dense>
+
+#include "reference/core/check.h"
+#include "reference/ssd/ssd_backward.h"
+#include "reference/ssd/ssd_backward_internal.h"
+#include "reference/ssd/ssd_chunk_math.h"
+
+namespace assay::ssd {
+
+namespace {
+
+using detail::CMap;
+using detail::MMap;
+using detail::RowMat;
+
+}  // namespace
+
+Grads backward_chunked(const Params& p, const Inputs& in, const std::vector<double>& dout,
+                       const std::vector<double>& dfinal_states,
+                       const std::vector<double>& dvarlen_states) {
+  validate(p, in);
+  detail::check_upstream(in, dout, dfinal_states, dvarlen_states);
+  const int64_t Bn = in.batch, T = in.seqlen, H = in.nheads, P = in.headdim, G = in.ngroups,
+                N = in.dstate, Q = p.chunk_size;
+  const int64_t NC = (T + Q - 1) / Q, PN = P * N, hpg = H / G;
+  const int64_t S = in.cu_seqlens.empty() ? 0 : static_cast<int64_t>(in.cu_seqlens.size()) - 1;
+  const bool has_D = !in.D.empty(), has_h0 = !in.initial_states.empty();
+  const bool use_seq = !in.seq_idx.empty();
+
+  // Forward recomputation by the chunked form: y = the SSM part (no D, no gate) and the
+  // chunk-start states S_start(c) [B, NC, H, P, N] (the kernels recompute `states` likewise).
+  Result fwd;
+  {
+    Inputs core = in;
+    core.D.clear();
+    core.z.clear();
+    Params pc = p;
+    pc.compute_bounds = false;
+    fwd = chunked(pc, core);
+  }
+  const std::vector<double>& delta = fwd.dt_processed;
+
+  Grads gr = detail::zero_grads(in);
+  std::vector<double> ddelta(Bn * T * H, 0.0);
+  std::vector<double> dA_part(Bn * H, 0.0);
+  std::vector<double> dD_part(has_D ? Bn * H * P : 0, 0.0);
+
+  // Tasks (b, g) own disjoint slices of dB / dC and of the per-(b, h) gradients.
+#pragma omp parallel for schedule(static)
+  for (int64_t bg = 0; bg < Bn * G; ++bg) {
+    const int64_t b = bg / G, g = bg % G;
+    auto seq_at = [&](int64_t t) { return use_seq ? in.seq_idx[b * T + t] : int64_t{0}; };
+    for (int64_t h = g * hpg; h < (g + 1) * hpg; ++h) {
+      const int64_t bh = b * H + h;
+      const double A = in.A[h];
+      // dSE: the adjoint of S_start(c+1), i.e. of the state after chunk c.
+      RowMat dSE = RowMat::Zero(P, N);
+      if (!dfinal_states.empty())
+        dSE = CMap(&dfinal_states[bh * PN], P, N, Eigen::OuterStride<>(N));
+      for (int64_t c = NC - 1; c >= 0; --c) {
+        const int64_t t0 = c * Q, Qc = std::min(Q, T - t0);
+        const int64_t seq_prev = c == 0 ? 0 : seq_at(t0 - 1);
+        const int64_t seq_end = seq_at(t0 + Qc - 1);
+        std::vector<int64_t> sq(Qc);
+        std::vector<double> dl(Qc), a(Qc), acum(Qc);
+        for (int64_t l = 0; l < Qc; ++l) {
+          sq[l] = seq_at(t0 + l);
+          dl[l] = delta[(b * T + t0 + l) * H + h];
+          a[l] = dl[l] * A;
+        }
+        // seg(l, s) = sum_{k=s+1..l} a_k, Acum_l = sum_{k<=l} a_k (as the forward sums them).
+        RowMat seg;
+        detail::segment_sums(a, seg, acum);
+        const CMap X(&in.x[((b * T + t0) * H + h) * P], Qc, P, Eigen::OuterStride<>(H * P));
+        const CMap Bc(&in.B[((b * T + t0) * G + g) * N], Qc, N, Eigen::OuterStride<>(G * N));
+        const CMap Cc(&in.C[((b * T + t0) * G + g) * N], Qc, N, Eigen::OuterStride<>(G * N));
+        const CMap Sst(&fwd.chunk_states[((b * NC + c) * H + h) * PN], P, N,
+                       Eigen::OuterStride<>(N));
+        MMap dX(&gr.dx[((b * T + t0) * H + h) * P], Qc, P, Eigen::OuterStride<>(H * P));
+        MMap dBm(&gr.dB[((b * T + t0) * G + g) * N], Qc, N, Eigen::OuterStride<>(G * N));
+        MMap dCm(&gr.dC[((b * T + t0) * G + g) * N], Qc, N, Eigen::OuterStride<>(G * N));
+
+        // Epilogue adjoint: dY = dout (.) silu(z) (+ dz, dD, D dy into dx).
+        RowMat dY(Qc, P);
+        for (int64_t l = 0; l < Qc; ++l) {
+          const int64_t ip = ((b * T + t0 + l) * H + h) * P;
+          detail::epilogue_token(in, h, ip, dout, &fwd.out[ip], &dY(l, 0), gr,
+                                 has_D ? &dD_part[bh * P] : nullptr);
+        }
+
+        std::vector<double> ddl(Qc, 0.0), dcum(Qc, 0.0);
+        auto add_dseg = [&](int64_t l, int64_t s, double v) {  // seg(l,s) = cum_l - cum_s
+          dcum[l] += v;
+          dcum[s] -= v;
+        };
+        RowMat dS = RowMat::Zero(P, N);  // the adjoint of S_start(c)
+
+        // 1. Intra-chunk (chunk_scan_bwd_dx / dcb / dC, B side).
+        {
+          const RowMat CB = Cc * Bc.transpose();  // (Qc, Qc)
+          const RowMat M = dY * X.transpose();    // M(l, s) = dy_l . x_s
+          RowMat K = RowMat::Zero(Qc, Qc);        // dCB (masked)
+          RowMat L = RowMat::Zero(Qc, Qc);        // the forward's mixing matrix
+          for (int64_t l = 0; l < Qc; ++l)
+            for (int64_t s = 0; s <= l; ++s) {
+              if (sq[l] != sq[s]) continue;
+              const double W = std::exp(seg(l, s));
+              K(l, s) = W * dl[s] * M(l, s);
+              L(l, s) = W * CB(l, s) * dl[s];
+              ddl[s] += W * CB(l, s) * M(l, s);
+              add_dseg(l, s, L(l, s) * M(l, s));
+            }
+          dCm += K * Bc;
+          dBm += K.transpose() * Cc;
+          dX += L.transpose() * dY;
+        }
+        // 2. Chunk-start state to output (chunk_scan_bwd_dstates, dC, dA_cumsum).
+        for (int64_t l = 0; l < Qc; ++l) {
+          if (sq[l] != seq_prev) continue;
+          const double e = std::exp(acum[l]);
+          const Eigen::RowVectorXd dyS = dY.row(l) * Sst;  // (N)
+          dCm.row(l) += e * dyS;
+          dS += e * (dY.row(l).transpose() * Cc.row(l));
+          dcum[l] += e * dyS.dot(Cc.row(l));
+        }
+        // 3. Chunk-local state sums (chunk_state_bwd): weight exp(seg(le, s)) Delta_s over
+        //    s in [s0, le] into a state with adjoint dV.
+        auto state_sum_bwd = [&](int64_t le, int64_t s0, const RowMat& dV) {
+          for (int64_t s = s0; s <= le; ++s) {
+            const double E = std::exp(seg(le, s)), w = E * dl[s];
+            const Eigen::VectorXd dVB = dV * Bc.row(s).transpose();  // (P)
+            dX.row(s) += w * dVB.transpose();
+            dBm.row(s) += w * (X.row(s) * dV);
+            const double q = X.row(s).dot(dVB.transpose());
+            ddl[s] += E * q;
+            add_dseg(le, s, w * q);
+          }
+        };
+        {
+          int64_t s0 = Qc - 1;  // the chunk's last sequence starts at s0
+          while (s0 > 0 && sq[s0 - 1] == seq_end) --s0;
+          state_sum_bwd(Qc - 1, s0, dSE);
+        }
+        // 4. State passing backward (state_passing_bwd): the carried term.
+        if (seq_end == seq_prev) {
+          const double e = std::exp(acum[Qc - 1]);
+          dS += e * dSE;
+          dcum[Qc - 1] += e * (dSE.cwiseProduct(Sst)).sum();
+        }
+        // 5. varlen_states of the sequences ending in this chunk (chunk_state_varlen).
+        if (!dvarlen_states.empty())
+          for (int64_t n = 0; n < S; ++n) {
+            const int64_t start = in.cu_seqlens[n], end = in.cu_seqlens[n + 1];
+            if (end == start || (end - 1) / Q != c) continue;
+            const int64_t e = end - t0, s0 = std::max(start - t0, int64_t{0});
+            const RowMat dV = CMap(&dvarlen_states[(n * H + h) * PN], P, N,
+                                   Eigen::OuterStride<>(N));
+            state_sum_bwd(e - 1, s0, dV);
+            if (start < t0 || n == 0) {
+              const double ev = std::exp(acum[e - 1]);
+              dS += ev * dV;
+              dcum[e - 1] += ev * (dV.cwiseProduct(Sst)).sum();
+            }
+          }
+        // 6. The dA_cumsum chain: da_k = sum_{l>=k} dcum_l; a_k = Delta_k A.
+        double da = 0;
+        for (int64_t k = Qc - 1; k >= 0; --k) {
+          da += dcum[k];
+          ddl[k] += da * A;
+          dA_part[bh] += da * dl[k];
+        }
+        for (int64_t l = 0; l < Qc; ++l) ddelta[(b * T + t0 + l) * H + h] = ddl[l];
+        dSE = dS;  // passed to chunk c-1
+      }
+      if (has_h0)
+        Eigen::Map<RowMat>(&gr.dinitial_states[bh * PN], P, N) = dSE;
+    }
+  }
+
+  detail::finish(p, in, ddelta, dA_part, dD_part, gr);
+  return gr;
+}
+
+}  // namespace assay::ssd
