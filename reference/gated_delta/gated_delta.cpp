@@ -9,6 +9,7 @@
 #include <Eigen/Dense>
 
 #include "reference/core/check.h"
+#include "reference/gated_delta/gated_delta_state.h"
 
 namespace assay::gated_delta {
 
@@ -177,15 +178,9 @@ Prep prepare(const Params& p, const Inputs& in) {
   return r;
 }
 
-// State slices: internally always [K][V] row-major; stored in the requested layout.
-void load_state(const double* src, StateLayout L, int64_t K, int64_t V, double* S) {
-  for (int64_t i = 0; i < K; ++i)
-    for (int64_t j = 0; j < V; ++j) S[i * V + j] = L == StateLayout::kv ? src[i * V + j] : src[j * K + i];
-}
-void store_state(const double* S, StateLayout L, int64_t K, int64_t V, double* dst) {
-  for (int64_t i = 0; i < K; ++i)
-    for (int64_t j = 0; j < V; ++j) (L == StateLayout::kv ? dst[i * V + j] : dst[j * K + i]) = S[i * V + j];
-}
+// State slices: internally always [K][V] row-major; stored in the requested layout (gated_delta_state.h).
+using detail::load_state;
+using detail::store_state;
 
 // One token of the recurrence on S [K][V] (decay first, spec 3.2). Writes o[V] (and its bound).
 // When term_max is not null, folds this token's update term |k| |beta| (|v| + |e^g S|^T |k|) into

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "catch_compat.h"
+#include "tests/gradcheck.h"
 #include "reference/ssd/tests/ssd_test_inputs.h"
 #include "tests/common.h"
 #include "reference/core/check.h"
@@ -83,52 +84,18 @@ double loss(const Params& p0, const Inputs& in, const Upstream& u) {
   return dot(u.dout, r.out) + dot(u.dfinal, r.final_states) + dot(u.dvarlen, r.varlen_states);
 }
 
-// Central FD of every element of every input against the analytic gradient; returns the worst
-// relative error over all inputs and prints it per input. rel = |a - fd| / max(|fd|, scale),
-// scale = 1e-2 * max |fd| over that input (1e-12 if the whole gradient vanishes).
+// Central FD of every element of every input against the analytic gradient (tests/gradcheck.h);
+// the worst relative error over all inputs, printed per input.
 double gradcheck(const char* label, const Params& p, const Inputs& in, const Upstream& u) {
   const Grads g = ssd::backward_recurrent(p, in, u.dout, u.dfinal, u.dvarlen);
-  struct Item {
-    const char* name;
-    std::vector<double> Inputs::*field;
-    const std::vector<double>* grad;
-  };
-  const std::vector<Item> items = {
+  const std::vector<assay_test::GradItem<Inputs>> items = {
       {"x", &Inputs::x, &g.dx},           {"dt", &Inputs::dt, &g.ddt},
       {"A", &Inputs::A, &g.dA},           {"B", &Inputs::B, &g.dB},
       {"C", &Inputs::C, &g.dC},           {"D", &Inputs::D, &g.dD},
       {"z", &Inputs::z, &g.dz},           {"dt_bias", &Inputs::dt_bias, &g.ddt_bias},
       {"initial_states", &Inputs::initial_states, &g.dinitial_states}};
-  double worst = 0;
-  std::string line;
-  for (const auto& it : items) {
-    const std::vector<double>& v0 = in.*(it.field);
-    REQUIRE(it.grad->size() == v0.size());
-    if (v0.empty()) continue;
-    std::vector<double> fd(v0.size());
-    Inputs w = in;
-    for (size_t i = 0; i < v0.size(); ++i) {
-      const double h = 1e-6 * std::max(1.0, std::fabs(v0[i]));
-      (w.*(it.field))[i] = v0[i] + h;
-      const double lp = loss(p, w, u);
-      (w.*(it.field))[i] = v0[i] - h;
-      const double lm = loss(p, w, u);
-      (w.*(it.field))[i] = v0[i];
-      fd[i] = (lp - lm) / (2 * h);
-    }
-    double mx = 0;
-    for (double e : fd) mx = std::max(mx, std::fabs(e));
-    const double scale = mx > 0 ? 1e-2 * mx : 1e-12;
-    double rel = 0;
-    for (size_t i = 0; i < fd.size(); ++i)
-      rel = std::max(rel, std::fabs((*it.grad)[i] - fd[i]) / std::max(std::fabs(fd[i]), scale));
-    worst = std::max(worst, rel);
-    char buf[96];
-    std::snprintf(buf, sizeof buf, " %s=%.2e", it.name, rel);
-    line += buf;
-  }
-  std::printf("ssd backward gradcheck [%s] worst rel err per input:%s\n", label, line.c_str());
-  return worst;
+  return assay_test::gradcheck_inputs(in, items, [&](const Inputs& w) { return loss(p, w, u); },
+                                      std::string("ssd backward gradcheck [") + label + "]");
 }
 
 constexpr double kTol = 1e-6;

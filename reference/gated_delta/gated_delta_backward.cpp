@@ -1,0 +1,226 @@
+// Gated delta rule backward oracle: see gated_delta_backward.h for the contract and the adjoint
+// equations.
+#include "reference/gated_delta/gated_delta_backward.h"
+#include "reference/gated_delta/gated_delta_state.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "reference/core/check.h"
+
+namespace assay::gated_delta {
+
+namespace {
+
+// State slice in the stored layout <-> internal [K][V] row-major (gated_delta_state.h).
+constexpr auto load = detail::load_state;
+constexpr auto store = detail::store_state;
+
+// The forward step's state update (same operations, same order as gated_delta.cpp step(), Mutant::none):
+// S <- exp(g) S; m = S^T k; delta = beta (v - m); S <- S + k delta^T.
+void fwd_step(double* S, int64_t K, int64_t V, double g, double beta, const double* k, const double* v,
+              double* m) {
+  const double alpha = std::exp(g);
+  for (int64_t x = 0; x < K * V; ++x) S[x] = alpha * S[x];
+  for (int64_t j = 0; j < V; ++j) m[j] = 0;
+  for (int64_t i = 0; i < K; ++i)
+    for (int64_t j = 0; j < V; ++j) m[j] += S[i * V + j] * k[i];
+  for (int64_t j = 0; j < V; ++j) m[j] = beta * (v[j] - m[j]);
+  for (int64_t i = 0; i < K; ++i)
+    for (int64_t j = 0; j < V; ++j) S[i * V + j] += k[i] * m[j];
+}
+
+double softplus_grad(double x) { return x > 20.0 ? 1.0 : sigmoid(x); }
+
+}  // namespace
+
+Grads backward_recurrent(const Params& p, const Inputs& in, const std::vector<double>& d_o,
+                         const std::vector<double>& dfinal_state) {
+  ASSAY_INPUT_CHECK(p.mutant == Mutant::none, "gated_delta backward: only Mutant::none is differentiated (got {})",
+                    name(p.mutant));
+  // The forward validates every input and gives the checkpoints (chunk-start states).
+  const Result fw = recurrent(p, in);
+  const int64_t B = p.B, T = p.T, H = p.H, HV = p.HV, K = p.K, V = p.V, KV = K * V, G = HV / H;
+  const int64_t C = p.chunk_size, Nseq = fw.num_seqs;
+  const double scale = p.scale ? *p.scale : 1.0 / std::sqrt(static_cast<double>(K));
+  ASSAY_INPUT_CHECK(static_cast<int64_t>(d_o.size()) == B * T * HV * V,
+                    "gated_delta backward: do has {} values, expected B*T*HV*V = {}", d_o.size(), B * T * HV * V);
+  ASSAY_INPUT_CHECK(dfinal_state.empty() || static_cast<int64_t>(dfinal_state.size()) == Nseq * HV * KV,
+                    "gated_delta backward: dfinal_state has {} values, expected Nseq*HV*K*V = {} or none",
+                    dfinal_state.size(), Nseq * HV * KV);
+  for (double e : d_o) ASSAY_INPUT_CHECK(std::isfinite(e), "gated_delta backward: do not finite");
+  for (double e : dfinal_state) ASSAY_INPUT_CHECK(std::isfinite(e), "gated_delta backward: dfinal_state not finite");
+
+  // Elementwise preprocessing, as the forward (validated above).
+  const int64_t BT = B * T;
+  std::vector<double> qh = in.q, kh = in.k, rq(BT * H, 1.0), rk(BT * H, 1.0);
+  if (p.qk_l2norm)
+    for (int64_t r = 0; r < BT * H; ++r) {
+      rq[r] = l2norm_scale(in.q.data() + r * K, K, p.l2norm_eps);
+      rk[r] = l2norm_scale(in.k.data() + r * K, K, p.l2norm_eps);
+      for (int64_t i = 0; i < K; ++i) qh[r * K + i] *= rq[r], kh[r * K + i] *= rk[r];
+    }
+  std::vector<double> ge(BT * HV, 0.0), be(BT * HV);
+  for (int64_t i = 0; i < BT * HV; ++i) {
+    be[i] = beta_value(p.beta, in.beta[i]);
+    const int64_t hv = i % HV;
+    if (p.gate == GateMode::log) ge[i] = in.g[i];
+    if (p.gate == GateMode::in_kernel)
+      ge[i] = gate_in_kernel(in.g[i], in.A_log[hv], in.dt_bias.empty() ? 0.0 : in.dt_bias[hv]);
+  }
+
+  // Sequences: (row b, first token t0, length len), slot n.
+  struct Seq {
+    int64_t b, t0, len;
+  };
+  std::vector<Seq> seqs;
+  if (p.cu_seqlens.empty())
+    for (int64_t b = 0; b < B; ++b) seqs.push_back({b, 0, T});
+  else
+    for (int64_t n = 0; n < Nseq; ++n) seqs.push_back({0, p.cu_seqlens[n], p.cu_seqlens[n + 1] - p.cu_seqlens[n]});
+
+  std::vector<double> dqh(BT * H * K, 0.0), dkh(BT * H * K, 0.0);
+  Grads gr;
+  gr.dv.assign(BT * HV * V, 0.0);
+  std::vector<double> dge(BT * HV, 0.0), dbe(BT * HV, 0.0);
+  if (!in.initial_state.empty()) gr.dinitial_state.assign(Nseq * HV * KV, 0.0);
+
+  // One job per (sequence, q/k head): its HV/H value heads are visited in turn, so the dq / dk
+  // accumulation over the value heads of a group never races.
+  const int64_t jobs = Nseq * H;
+#pragma omp parallel for schedule(dynamic)
+  for (int64_t job = 0; job < jobs; ++job) {
+    const int64_t n = job / H, h = job % H;
+    const Seq& s = seqs[n];
+    std::vector<double> dS(KV), Sp(KV), St(KV), dSp(KV), m(V), delta(V), dd(V), dm(V), tmp(V);
+    std::vector<double> seg;  // S_{t-1} for each token of the current chunk, [L][K][V]
+    for (int64_t hv = h * G; hv < (h + 1) * G; ++hv) {
+      if (dfinal_state.empty())
+        std::fill(dS.begin(), dS.end(), 0.0);
+      else
+        load(dfinal_state.data() + (n * HV + hv) * KV, p.state_layout, K, V, dS.data());
+      const int64_t nchunks = (s.len + C - 1) / C;
+      for (int64_t c = nchunks - 1; c >= 0; --c) {
+        const int64_t c0 = c * C, L = std::min(C, s.len - c0);
+        // Recompute the chunk's states from its checkpoint.
+        seg.assign((L + 1) * KV, 0.0);
+        load(fw.chunk_states.data() + ((fw.chunk_offsets[n] + c) * HV + hv) * KV, p.state_layout, K, V, seg.data());
+        for (int64_t i = 0; i + 1 < L; ++i) {
+          std::copy(seg.begin() + i * KV, seg.begin() + (i + 1) * KV, seg.begin() + (i + 1) * KV);
+          const int64_t tok = s.b * T + s.t0 + c0 + i, tv = tok * HV + hv;
+          fwd_step(seg.data() + (i + 1) * KV, K, V, ge[tv], be[tv], kh.data() + (tok * H + h) * K,
+                   in.v.data() + tv * V, tmp.data());
+        }
+        for (int64_t i = L - 1; i >= 0; --i) {
+          const int64_t tok = s.b * T + s.t0 + c0 + i, tv = tok * HV + hv, qk = (tok * H + h) * K;
+          const double* Sprev = seg.data() + i * KV;
+          const double* q = qh.data() + qk;
+          const double* k = kh.data() + qk;
+          const double* v = in.v.data() + tv * V;
+          const double* dout = d_o.data() + tv * V;
+          const double a = std::exp(ge[tv]), b = be[tv];
+          // Forward quantities of this token.
+          for (int64_t x = 0; x < KV; ++x) Sp[x] = a * Sprev[x];
+          for (int64_t j = 0; j < V; ++j) m[j] = 0;
+          for (int64_t r = 0; r < K; ++r)
+            for (int64_t j = 0; j < V; ++j) m[j] += Sp[r * V + j] * k[r];
+          for (int64_t j = 0; j < V; ++j) delta[j] = b * (v[j] - m[j]);
+          for (int64_t r = 0; r < K; ++r)
+            for (int64_t j = 0; j < V; ++j) St[r * V + j] = Sp[r * V + j] + k[r] * delta[j];
+          // o = scale S_t^T q.
+          for (int64_t r = 0; r < K; ++r) {
+            double acc = 0;
+            for (int64_t j = 0; j < V; ++j) {
+              acc += St[r * V + j] * dout[j];
+              dS[r * V + j] += scale * q[r] * dout[j];
+            }
+            dqh[qk + r] += scale * acc;
+          }
+          // S_t = S' + k delta^T.
+          for (int64_t j = 0; j < V; ++j) dd[j] = 0;
+          for (int64_t r = 0; r < K; ++r) {
+            double acc = 0;
+            for (int64_t j = 0; j < V; ++j) {
+              acc += dS[r * V + j] * delta[j];
+              dd[j] += dS[r * V + j] * k[r];
+            }
+            dkh[qk + r] += acc;
+          }
+          // delta = beta (v - m).
+          double db = 0;
+          for (int64_t j = 0; j < V; ++j) {
+            gr.dv[tv * V + j] = b * dd[j];
+            db += dd[j] * (v[j] - m[j]);
+            dm[j] = -b * dd[j];
+          }
+          dbe[tv] = db;
+          // m = S'^T k.
+          for (int64_t r = 0; r < K; ++r) {
+            double acc = 0;
+            for (int64_t j = 0; j < V; ++j) {
+              dSp[r * V + j] = dS[r * V + j] + k[r] * dm[j];
+              acc += Sp[r * V + j] * dm[j];
+            }
+            dkh[qk + r] += acc;
+          }
+          // S' = exp(g) S_{t-1}.
+          double dg = 0;
+          for (int64_t x = 0; x < KV; ++x) {
+            dg += dSp[x] * Sp[x];
+            dS[x] = a * dSp[x];
+          }
+          dge[tv] = dg;
+        }
+      }
+      if (!gr.dinitial_state.empty())
+        store(dS.data(), p.state_layout, K, V, gr.dinitial_state.data() + (n * HV + hv) * KV);
+    }
+  }
+
+  // l2norm chain: dx = r (dhat - hat (hat . dhat)).
+  gr.dq = dqh;
+  gr.dk = dkh;
+  if (p.qk_l2norm)
+    for (int64_t r = 0; r < BT * H; ++r) {
+      double dq_dot = 0, dk_dot = 0;
+      for (int64_t i = 0; i < K; ++i) {
+        dq_dot += qh[r * K + i] * dqh[r * K + i];
+        dk_dot += kh[r * K + i] * dkh[r * K + i];
+      }
+      for (int64_t i = 0; i < K; ++i) {
+        gr.dq[r * K + i] = rq[r] * (dqh[r * K + i] - qh[r * K + i] * dq_dot);
+        gr.dk[r * K + i] = rk[r] * (dkh[r * K + i] - kh[r * K + i] * dk_dot);
+      }
+    }
+
+  // Gate chain.
+  if (p.gate == GateMode::log) gr.dg = dge;
+  if (p.gate == GateMode::in_kernel) {
+    gr.dg.assign(BT * HV, 0.0);
+    gr.dA_log.assign(HV, 0.0);
+    if (!in.dt_bias.empty()) gr.ddt_bias.assign(HV, 0.0);
+    for (int64_t i = 0; i < BT * HV; ++i) {
+      const int64_t hv = i % HV;
+      const double u = in.g[i] + (in.dt_bias.empty() ? 0.0 : in.dt_bias[hv]);
+      const double da = dge[i] * (-std::exp(in.A_log[hv])) * softplus_grad(u);
+      gr.dg[i] = da;
+      if (!gr.ddt_bias.empty()) gr.ddt_bias[hv] += da;
+      gr.dA_log[hv] += dge[i] * ge[i];
+    }
+  }
+
+  // Beta chain.
+  gr.dbeta.assign(BT * HV, 0.0);
+  for (int64_t i = 0; i < BT * HV; ++i) {
+    if (p.beta == BetaMode::given) {
+      gr.dbeta[i] = dbe[i];
+    } else {
+      const double sg = sigmoid(in.beta[i]);
+      gr.dbeta[i] = dbe[i] * (p.beta == BetaMode::two_sigmoid ? 2.0 : 1.0) * sg * (1.0 - sg);
+    }
+  }
+  return gr;
+}
+
+}  // namespace assay::gated_delta

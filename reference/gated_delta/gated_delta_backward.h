@@ -1,0 +1,76 @@
+// Gated delta rule backward (fla `chunk_gated_delta_rule` / `fused_recurrent_gated_delta_rule`,
+// their autograd backward), fp64 oracle: the definitional reverse-mode adjoint of the token-by-token
+// recurrence gated_delta::recurrent (gated_delta.h), written by hand (no autodiff).
+//
+// Convention: exactly the forward's (gated_delta.h): decay FIRST, then the delta correction reads
+// the decayed state; scale multiplies the q read only; l2norm x / sqrt(sum x^2 + eps) of q and k
+// (qk_l2norm, before the scale); GVA value head hv reads q/k head hv / (HV/H); in-kernel gate
+// -exp(A_log) softplus(a + dt_bias) with torch's softplus (threshold 20); beta given / sigmoid /
+// 2 sigmoid; state [K, V] (StateLayout::vk: [V, K], for initial_state, final_state and their
+// gradients alike); varlen (cu_seqlens, B == 1): each sequence starts from its own
+// initial_state[n] and ends in final_state[n]; an empty sequence passes h0 through.
+//
+// Tensors (axis letters as gated_delta.h: B batch, T tokens, H q/k heads, HV value heads,
+// K key dim, V value dim, Nseq sequences), dense row-major, fp64 values and fp64 arithmetic:
+//   inputs (as the forward):  q, k [B,T,H,K]; v [B,T,HV,V]; g [B,T,HV] (log decay; the RAW gate
+//                             input a with GateMode::in_kernel; empty with GateMode::none);
+//                             beta [B,T,HV] (beta, or its logits under sigmoid / two_sigmoid);
+//                             A_log, dt_bias [HV] (in_kernel only; dt_bias may be empty);
+//                             initial_state [Nseq,HV,K,V] ([..,V,K] with vk; empty = zeros)
+//   upstream gradients:       do [B,T,HV,V] (required); dfinal_state like final_state (empty = 0)
+//   returned gradients:       dq, dk [B,T,H,K] (w.r.t. the RAW q, k, i.e. through the l2norm when
+//                             qk_l2norm; summed over the HV/H value heads sharing each q/k head);
+//                             dv [B,T,HV,V]; dg [B,T,HV] (w.r.t. the input g: the log decay, or
+//                             the raw a under in_kernel; empty with GateMode::none);
+//                             dbeta [B,T,HV] (w.r.t. the input: the logits under sigmoid modes);
+//                             dA_log [HV], ddt_bias [HV] (in_kernel only; ddt_bias empty when
+//                             dt_bias is); dinitial_state (empty when initial_state is).
+//   Not differentiated: scale and l2norm_eps (parameters, not tensors), cu_seqlens (integers).
+//
+// Per (sequence, hv), h = hv / (HV/H), hat-q / hat-k the (normalised) q / k, S in R^{K x V}:
+//   forward:  S_{-1} = h0;  a_t = exp(g_t);  S'_t = a_t S_{t-1};  m_t = S'_t^T k_t;
+//             delta_t = beta_t (v_t - m_t);  S_t = S'_t + k_t delta_t^T;  o_t = scale S_t^T q_t.
+//   reverse (dS carries dL/dS_t, starting at dfinal_state[n] after the sequence's last token):
+//     dS       += scale q_t do_t^T;            dq_t  += scale S_t do_t
+//     dk_t     += dS delta_t;                  ddelta = dS^T k_t
+//     dv_t      = beta_t ddelta;               dbeta_t = ddelta . (v_t - m_t)
+//     dm        = -beta_t ddelta
+//     dS'       = dS + k_t dm^T;               dk_t  += S'_t dm
+//     dg_t      = <dS', S'_t>  (= a_t <dS', S_{t-1}>);   dS_{t-1} = a_t dS'
+//   dinitial_state[n] = dS_{-1}; the adjoint is a per-sequence variable, so nothing crosses a
+//   varlen boundary (and an empty sequence gives dinitial_state[n] = dfinal_state[n]).
+// Elementwise chains after the scan:
+//   l2norm (r = 1/sqrt(sum x^2 + eps), hat-x = r x):  dx = r (dhat-x - hat-x (hat-x . dhat-x)).
+//   in_kernel gate (u = a + dt_bias, g = -exp(A_log) softplus(u)):
+//     da = dg_eff (-exp(A_log)) softplus'(u), softplus'(u) = sigmoid(u) (1 if u > 20, as torch);
+//     ddt_bias[hv] = sum_{b,t} da;  dA_log[hv] = sum_{b,t} dg_eff g_eff.
+//   beta: sigmoid: dx = dbeta s (1 - s); two_sigmoid: dx = 2 dbeta s (1 - s).
+// The states are checkpointed at the forward's chunk grid (the chunk_states of recurrent(), every
+// chunk_size tokens of each sequence) and recomputed chunk by chunk in the reverse pass with the
+// forward's operations in the same order (memory O((T/C + C) K V) per (sequence, value head)).
+// Only Mutant::none (the oracle) is differentiated; other mutants are refused (InputError). A -inf
+// log gate is a clean reset in the reverse pass too (a_t = 0: dS_{t-1} = 0, dg_t = 0).
+#pragma once
+#include <vector>
+
+#include "reference/gated_delta/gated_delta.h"
+
+namespace assay::gated_delta {
+
+struct Grads {
+  std::vector<double> dq, dk;          // [B,T,H,K]
+  std::vector<double> dv;              // [B,T,HV,V]
+  std::vector<double> dg;              // [B,T,HV]; empty with GateMode::none
+  std::vector<double> dbeta;           // [B,T,HV]
+  std::vector<double> dA_log;          // [HV]; in_kernel only
+  std::vector<double> ddt_bias;        // [HV]; in_kernel with dt_bias only
+  std::vector<double> dinitial_state;  // like initial_state; empty without it
+};
+
+// Reverse-mode gradients of L = <do, o> + <dfinal_state, final_state> through
+// gated_delta::recurrent(p, in). Throws InputError on malformed inputs (as the forward), on
+// wrongly sized or non-finite upstream gradients, and on p.mutant != Mutant::none.
+Grads backward_recurrent(const Params& p, const Inputs& in, const std::vector<double>& d_o,
+                         const std::vector<double>& dfinal_state = {});
+
+}  // namespace assay::gated_delta

@@ -1,0 +1,255 @@
+// Tests of the gated delta rule backward oracle (reference/gated_delta/gated_delta_backward.h):
+// central finite differences in fp64 of L = <do, o> + <dfinal, final_state> through the forward
+// recurrence (gated_delta::recurrent), for every element of every differentiable input, on tiny
+// shapes; plus exact isolation of varlen sequences (no gradient crosses a reset) and an empty
+// sequence passing dfinal through to dinitial_state.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "catch_compat.h"
+#include "tests/gradcheck.h"
+#include "tests/common.h"
+#include "reference/core/check.h"
+#include "reference/gated_delta/gated_delta.h"
+#include "reference/gated_delta/gated_delta_backward.h"
+
+using namespace assay;
+using namespace assay::gated_delta;
+
+namespace {
+
+// Counter-based test inputs (splitmix64): uniform in [-1, 1).
+struct Rng : assay_test::SplitMix64 {
+  explicit Rng(uint64_t seed) : SplitMix64{seed * 0x9E3779B97F4A7C15ull + 777} {}
+  double uni() { return static_cast<double>(next() >> 11) * 0x1.0p-53 * 2.0 - 1.0; }  // [-1, 1)
+  std::vector<double> vec(int64_t n, double scale = 1.0) {
+    std::vector<double> x(n);
+    for (auto& v : x) v = scale * uni();
+    return x;
+  }
+};
+
+int64_t nseq(const Params& p) {
+  return p.cu_seqlens.empty() ? p.B : static_cast<int64_t>(p.cu_seqlens.size()) - 1;
+}
+
+Inputs make_inputs(const Params& p, uint64_t seed, bool h0, bool dt_bias = true) {
+  Rng r(seed);
+  Inputs in;
+  const int64_t BT = p.B * p.T;
+  in.q = r.vec(BT * p.H * p.K);
+  in.k = r.vec(BT * p.H * p.K);
+  in.v = r.vec(BT * p.HV * p.V);
+  if (p.gate == GateMode::log) {
+    in.g.resize(BT * p.HV);
+    for (auto& x : in.g) x = -0.25 - 0.25 * r.uni();  // in (-0.5, 0]
+  } else if (p.gate == GateMode::in_kernel) {
+    in.g = r.vec(BT * p.HV, 2.0);
+    in.A_log = r.vec(p.HV, 0.7);
+    if (dt_bias) in.dt_bias = r.vec(p.HV, 0.5);
+  }
+  in.beta.resize(BT * p.HV);
+  for (auto& x : in.beta) x = p.beta == BetaMode::given ? 0.5 + 0.5 * r.uni() : 2.0 * r.uni();
+  if (h0) in.initial_state = r.vec(nseq(p) * p.HV * p.K * p.V, 0.5);
+  return in;
+}
+
+struct Upstream {
+  std::vector<double> d_o, dfinal;
+};
+
+Upstream make_upstream(const Params& p, uint64_t seed, bool with_final = true) {
+  Rng r(seed);
+  Upstream u;
+  u.d_o = r.vec(p.B * p.T * p.HV * p.V);
+  if (with_final) u.dfinal = r.vec(nseq(p) * p.HV * p.K * p.V);
+  return u;
+}
+
+double dot(const std::vector<double>& a, const std::vector<double>& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+double loss(const Params& p, const Inputs& in, const Upstream& u) {
+  const Result r = recurrent(p, in);
+  return dot(u.d_o, r.o) + dot(u.dfinal, r.final_state);
+}
+
+// Central FD of every element of every input against the analytic gradient (tests/gradcheck.h);
+// the worst relative error over all inputs, printed per input.
+double gradcheck(const char* label, const Params& p, const Inputs& in, const Upstream& u) {
+  const Grads g = backward_recurrent(p, in, u.d_o, u.dfinal);
+  const std::vector<assay_test::GradItem<Inputs>> items = {
+      {"q", &Inputs::q, &g.dq},         {"k", &Inputs::k, &g.dk},
+      {"v", &Inputs::v, &g.dv},         {"g", &Inputs::g, &g.dg},
+      {"beta", &Inputs::beta, &g.dbeta}, {"A_log", &Inputs::A_log, &g.dA_log},
+      {"dt_bias", &Inputs::dt_bias, &g.ddt_bias},
+      {"initial_state", &Inputs::initial_state, &g.dinitial_state}};
+  return assay_test::gradcheck_inputs(in, items, [&](const Inputs& w) { return loss(p, w, u); },
+                                      std::string("gated_delta backward gradcheck [") + label + "]");
+}
+
+constexpr double kTol = 1e-6;
+
+Params base(int64_t B, int64_t T, int64_t H, int64_t HV, int64_t K, int64_t V, int64_t C) {
+  Params p;
+  p.B = B, p.T = T, p.H = H, p.HV = HV, p.K = K, p.V = V, p.chunk_size = C;
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("gated_delta backward: gradcheck, log gate, given beta, H == HV", "[cpu][L0]") {
+  for (int64_t C : {2, 64}) {  // C: checkpoint grid (2: several recomputed chunks; 64 > T)
+    Params p = base(2, 5, 2, 2, 3, 4, C);
+    const Inputs in = make_inputs(p, 1, /*h0=*/false);
+    CHECK(gradcheck(C == 2 ? "log, given, no h0, C=2" : "log, given, no h0, C=64", p, in,
+                    make_upstream(p, 2)) < kTol);
+  }
+  Params p = base(2, 5, 2, 2, 3, 4, 2);
+  p.scale = 0.7;
+  const Inputs in = make_inputs(p, 3, /*h0=*/true);
+  CHECK(gradcheck("log, given, h0, scale=0.7", p, in, make_upstream(p, 4)) < kTol);
+}
+
+TEST_CASE("gated_delta backward: gradcheck, GVA (HV > H) with qk l2norm and every beta mode", "[cpu][L0]") {
+  for (BetaMode bm : {BetaMode::given, BetaMode::sigmoid, BetaMode::two_sigmoid}) {
+    Params p = base(2, 5, 2, 4, 3, 2, 2);
+    p.beta = bm;
+    p.qk_l2norm = true;
+    const Inputs in = make_inputs(p, 10 + static_cast<int>(bm), /*h0=*/true);
+    const char* label = bm == BetaMode::given     ? "GVA HV=4 H=2, l2norm, beta given, h0"
+                        : bm == BetaMode::sigmoid ? "GVA HV=4 H=2, l2norm, beta sigmoid, h0"
+                                                  : "GVA HV=4 H=2, l2norm, beta two_sigmoid, h0";
+    CHECK(gradcheck(label, p, in, make_upstream(p, 20 + static_cast<int>(bm))) < kTol);
+  }
+}
+
+TEST_CASE("gated_delta backward: gradcheck, in-kernel gate, no gate, vk state layout", "[cpu][L0]") {
+  {
+    Params p = base(2, 5, 1, 3, 3, 2, 2);
+    p.gate = GateMode::in_kernel;
+    p.beta = BetaMode::sigmoid;
+    p.qk_l2norm = true;
+    const Inputs in = make_inputs(p, 30, /*h0=*/true);
+    CHECK(gradcheck("in_kernel gate + dt_bias, GVA HV=3 H=1, l2norm, sigmoid, h0", p, in, make_upstream(p, 31)) <
+          kTol);
+  }
+  {
+    Params p = base(1, 6, 2, 2, 2, 3, 3);
+    p.gate = GateMode::in_kernel;
+    const Inputs in = make_inputs(p, 32, /*h0=*/true, /*dt_bias=*/false);
+    CHECK(gradcheck("in_kernel gate, no dt_bias", p, in, make_upstream(p, 33)) < kTol);
+  }
+  {
+    Params p = base(2, 5, 1, 2, 3, 2, 2);
+    p.gate = GateMode::none;
+    p.beta = BetaMode::two_sigmoid;
+    const Inputs in = make_inputs(p, 34, /*h0=*/true);
+    CHECK(gradcheck("gate none (delta rule), two_sigmoid, h0", p, in, make_upstream(p, 35)) < kTol);
+  }
+  {
+    Params p = base(2, 5, 2, 4, 3, 2, 2);
+    p.state_layout = StateLayout::vk;
+    p.qk_l2norm = true;
+    const Inputs in = make_inputs(p, 36, /*h0=*/true);
+    CHECK(gradcheck("vk layout, GVA, l2norm, h0", p, in, make_upstream(p, 37)) < kTol);
+  }
+}
+
+TEST_CASE("gated_delta backward: gradcheck, varlen with an empty sequence", "[cpu][L0]") {
+  Params p = base(1, 9, 2, 4, 3, 2, 2);
+  p.cu_seqlens = {0, 3, 3, 7, 9};
+  p.qk_l2norm = true;
+  p.beta = BetaMode::sigmoid;
+  const Inputs in = make_inputs(p, 40, /*h0=*/true);
+  const Upstream u = make_upstream(p, 41);
+  CHECK(gradcheck("varlen {0,3,3,7,9}, GVA, l2norm, sigmoid, h0", p, in, u) < kTol);
+  // The empty sequence (n = 1) passes the state through: dinitial_state[1] == dfinal[1] exactly.
+  const Grads g = backward_recurrent(p, in, u.d_o, u.dfinal);
+  const int64_t S = p.HV * p.K * p.V;
+  for (int64_t i = 0; i < S; ++i) CHECK(g.dinitial_state[S + i] == u.dfinal[S + i]);
+  Params pi = p;
+  pi.gate = GateMode::in_kernel;
+  const Inputs in2 = make_inputs(pi, 42, /*h0=*/true);
+  CHECK(gradcheck("varlen {0,3,3,7,9}, in_kernel gate, GVA, l2norm, sigmoid, h0", pi, in2, make_upstream(pi, 43)) <
+        kTol);
+}
+
+TEST_CASE("gated_delta backward: dfinal only gives the pure decay-and-projection adjoint", "[cpu][L0]") {
+  // With beta = 0 the state only decays: dinitial_state = exp(sum g) dfinal exactly-ish.
+  Params p = base(1, 4, 1, 2, 2, 3, 2);
+  Inputs in = make_inputs(p, 50, /*h0=*/true);
+  std::fill(in.beta.begin(), in.beta.end(), 0.0);
+  Upstream u = make_upstream(p, 51);
+  std::fill(u.d_o.begin(), u.d_o.end(), 0.0);
+  const Grads g = backward_recurrent(p, in, u.d_o, u.dfinal);
+  const int64_t KV = p.K * p.V;
+  for (int64_t hv = 0; hv < p.HV; ++hv) {
+    double decay = 1;
+    for (int64_t t = 0; t < p.T; ++t) decay *= std::exp(in.g[t * p.HV + hv]);
+    for (int64_t x = 0; x < KV; ++x)
+      CHECK(std::fabs(g.dinitial_state[hv * KV + x] - decay * u.dfinal[hv * KV + x]) <=
+            1e-14 * std::fabs(u.dfinal[hv * KV + x]));
+  }
+  for (double e : g.dv) CHECK(e == 0.0);
+  for (double e : g.dq) CHECK(e == 0.0);
+}
+
+TEST_CASE("gated_delta backward: no gradient crosses a varlen reset", "[cpu][L0]") {
+  Params p = base(1, 9, 2, 4, 3, 2, 2);
+  p.cu_seqlens = {0, 4, 9};
+  p.qk_l2norm = true;
+  p.gate = GateMode::in_kernel;
+  p.beta = BetaMode::sigmoid;
+  const Inputs in = make_inputs(p, 60, /*h0=*/true);
+  Upstream u = make_upstream(p, 61);
+  // Only sequence 1 is observed: do on its tokens, dfinal of its slot.
+  const int64_t HVV = p.HV * p.V, S = p.HV * p.K * p.V;
+  std::fill(u.d_o.begin(), u.d_o.begin() + 4 * HVV, 0.0);
+  std::fill(u.dfinal.begin(), u.dfinal.begin() + S, 0.0);
+  const Grads g = backward_recurrent(p, in, u.d_o, u.dfinal);
+  const int64_t HK = p.H * p.K;
+  double leak = 0, inside = 0;
+  for (int64_t t = 0; t < p.T; ++t) {
+    double mx = 0;
+    for (int64_t i = 0; i < HK; ++i) mx = std::max({mx, std::fabs(g.dq[t * HK + i]), std::fabs(g.dk[t * HK + i])});
+    for (int64_t i = 0; i < HVV; ++i) mx = std::max(mx, std::fabs(g.dv[t * HVV + i]));
+    for (int64_t hv = 0; hv < p.HV; ++hv)
+      mx = std::max({mx, std::fabs(g.dg[t * p.HV + hv]), std::fabs(g.dbeta[t * p.HV + hv])});
+    (t < 4 ? leak : inside) = std::max(t < 4 ? leak : inside, mx);
+  }
+  for (int64_t i = 0; i < S; ++i) leak = std::max(leak, std::fabs(g.dinitial_state[i]));
+  CHECK(leak == 0.0);
+  CHECK(inside > 0.01);
+  double h0_1 = 0;
+  for (int64_t i = S; i < 2 * S; ++i) h0_1 = std::max(h0_1, std::fabs(g.dinitial_state[i]));
+  CHECK(h0_1 > 0.01);
+  // The converse by perturbation: changing sequence-0 inputs leaves L unchanged exactly.
+  Inputs w = in;
+  for (int64_t i = 0; i < 4 * HK; ++i) w.q[i] += 0.5, w.k[i] -= 0.3;
+  for (int64_t i = 0; i < 4 * HVV; ++i) w.v[i] += 0.5;
+  for (int64_t i = 0; i < 4 * p.HV; ++i) w.g[i] += 0.3, w.beta[i] -= 0.2;
+  for (int64_t i = 0; i < S; ++i) w.initial_state[i] += 0.25;
+  CHECK(loss(p, w, u) == loss(p, in, u));
+}
+
+TEST_CASE("gated_delta backward: malformed upstream gradients and mutants are refused", "[cpu][L0]") {
+  Params p = base(2, 3, 1, 1, 2, 2, 2);
+  const Inputs in = make_inputs(p, 70, /*h0=*/true);
+  Upstream u = make_upstream(p, 71);
+  u.d_o.pop_back();
+  REQUIRE_THROWS_AS(backward_recurrent(p, in, u.d_o, u.dfinal), InputError);
+  u = make_upstream(p, 71);
+  u.dfinal.pop_back();
+  REQUIRE_THROWS_AS(backward_recurrent(p, in, u.d_o, u.dfinal), InputError);
+  u = make_upstream(p, 71);
+  p.mutant = Mutant::missing_alpha;
+  REQUIRE_THROWS_AS(backward_recurrent(p, in, u.d_o, u.dfinal), InputError);
+}
