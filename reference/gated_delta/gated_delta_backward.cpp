@@ -1,10 +1,12 @@
 // Gated delta rule backward oracle: see gated_delta_backward.h for the contract and the adjoint
 // equations.
 #include "reference/gated_delta/gated_delta_backward.h"
+#include "reference/gated_delta/gated_delta_backward_internal.h"
 #include "reference/gated_delta/gated_delta_state.h"
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "reference/core/check.h"
@@ -35,15 +37,20 @@ double softplus_grad(double x) { return x > 20.0 ? 1.0 : sigmoid(x); }
 
 }  // namespace
 
-Grads backward_recurrent(const Params& p, const Inputs& in, const std::vector<double>& d_o,
-                         const std::vector<double>& dfinal_state) {
+namespace detail {
+
+BwdPrep prepare_backward(const Params& p, const Inputs& in, const std::vector<double>& d_o,
+                         const std::vector<double>& dfinal_state,
+                         Result (*forward)(const Params&, const Inputs&)) {
   ASSAY_INPUT_CHECK(p.mutant == Mutant::none, "gated_delta backward: only Mutant::none is differentiated (got {})",
                     name(p.mutant));
+  BwdPrep P;
   // The forward validates every input and gives the checkpoints (chunk-start states).
-  const Result fw = recurrent(p, in);
-  const int64_t B = p.B, T = p.T, H = p.H, HV = p.HV, K = p.K, V = p.V, KV = K * V, G = HV / H;
-  const int64_t C = p.chunk_size, Nseq = fw.num_seqs;
-  const double scale = p.scale ? *p.scale : 1.0 / std::sqrt(static_cast<double>(K));
+  P.fw = forward(p, in);
+  P.B = p.B, P.T = p.T, P.H = p.H, P.HV = p.HV, P.K = p.K, P.V = p.V, P.KV = p.K * p.V, P.G = p.HV / p.H;
+  P.C = p.chunk_size, P.Nseq = P.fw.num_seqs;
+  P.scale = p.scale ? *p.scale : 1.0 / std::sqrt(static_cast<double>(P.K));
+  const int64_t B = P.B, T = P.T, H = P.H, HV = P.HV, K = P.K, V = P.V, KV = P.KV, Nseq = P.Nseq;
   ASSAY_INPUT_CHECK(static_cast<int64_t>(d_o.size()) == B * T * HV * V,
                     "gated_delta backward: do has {} values, expected B*T*HV*V = {}", d_o.size(), B * T * HV * V);
   ASSAY_INPUT_CHECK(dfinal_state.empty() || static_cast<int64_t>(dfinal_state.size()) == Nseq * HV * KV,
@@ -54,37 +61,108 @@ Grads backward_recurrent(const Params& p, const Inputs& in, const std::vector<do
 
   // Elementwise preprocessing, as the forward (validated above).
   const int64_t BT = B * T;
-  std::vector<double> qh = in.q, kh = in.k, rq(BT * H, 1.0), rk(BT * H, 1.0);
+  P.qh = in.q, P.kh = in.k, P.rq.assign(BT * H, 1.0), P.rk.assign(BT * H, 1.0);
   if (p.qk_l2norm)
     for (int64_t r = 0; r < BT * H; ++r) {
-      rq[r] = l2norm_scale(in.q.data() + r * K, K, p.l2norm_eps);
-      rk[r] = l2norm_scale(in.k.data() + r * K, K, p.l2norm_eps);
-      for (int64_t i = 0; i < K; ++i) qh[r * K + i] *= rq[r], kh[r * K + i] *= rk[r];
+      P.rq[r] = l2norm_scale(in.q.data() + r * K, K, p.l2norm_eps);
+      P.rk[r] = l2norm_scale(in.k.data() + r * K, K, p.l2norm_eps);
+      for (int64_t i = 0; i < K; ++i) P.qh[r * K + i] *= P.rq[r], P.kh[r * K + i] *= P.rk[r];
     }
-  std::vector<double> ge(BT * HV, 0.0), be(BT * HV);
+  P.ge.assign(BT * HV, 0.0), P.be.assign(BT * HV, 0.0);
   for (int64_t i = 0; i < BT * HV; ++i) {
-    be[i] = beta_value(p.beta, in.beta[i]);
+    P.be[i] = beta_value(p.beta, in.beta[i]);
     const int64_t hv = i % HV;
-    if (p.gate == GateMode::log) ge[i] = in.g[i];
+    if (p.gate == GateMode::log) P.ge[i] = in.g[i];
     if (p.gate == GateMode::in_kernel)
-      ge[i] = gate_in_kernel(in.g[i], in.A_log[hv], in.dt_bias.empty() ? 0.0 : in.dt_bias[hv]);
+      P.ge[i] = gate_in_kernel(in.g[i], in.A_log[hv], in.dt_bias.empty() ? 0.0 : in.dt_bias[hv]);
   }
 
   // Sequences: (row b, first token t0, length len), slot n.
-  struct Seq {
-    int64_t b, t0, len;
-  };
-  std::vector<Seq> seqs;
   if (p.cu_seqlens.empty())
-    for (int64_t b = 0; b < B; ++b) seqs.push_back({b, 0, T});
+    for (int64_t b = 0; b < B; ++b) P.seqs.push_back({b, 0, T});
   else
-    for (int64_t n = 0; n < Nseq; ++n) seqs.push_back({0, p.cu_seqlens[n], p.cu_seqlens[n + 1] - p.cu_seqlens[n]});
+    for (int64_t n = 0; n < Nseq; ++n)
+      P.seqs.push_back({0, p.cu_seqlens[n], p.cu_seqlens[n + 1] - p.cu_seqlens[n]});
+  return P;
+}
 
-  std::vector<double> dqh(BT * H * K, 0.0), dkh(BT * H * K, 0.0);
+RawGrads zero_raw_grads(const BwdPrep& P, const Inputs& in) {
+  const int64_t BT = P.B * P.T;
+  RawGrads r;
+  r.dqh.assign(BT * P.H * P.K, 0.0);
+  r.dkh.assign(BT * P.H * P.K, 0.0);
+  r.dv.assign(BT * P.HV * P.V, 0.0);
+  r.dge.assign(BT * P.HV, 0.0);
+  r.dbe.assign(BT * P.HV, 0.0);
+  if (!in.initial_state.empty()) r.dinitial_state.assign(P.Nseq * P.HV * P.KV, 0.0);
+  return r;
+}
+
+Grads finish_backward(const Params& p, const Inputs& in, const BwdPrep& P, RawGrads&& raw) {
+  const int64_t BT = P.B * P.T, H = P.H, HV = P.HV, K = P.K;
+  const std::vector<double>&dqh = raw.dqh, &dkh = raw.dkh, &dge = raw.dge, &dbe = raw.dbe;
+  const std::vector<double>&qh = P.qh, &kh = P.kh, &rq = P.rq, &rk = P.rk, &ge = P.ge;
   Grads gr;
-  gr.dv.assign(BT * HV * V, 0.0);
-  std::vector<double> dge(BT * HV, 0.0), dbe(BT * HV, 0.0);
-  if (!in.initial_state.empty()) gr.dinitial_state.assign(Nseq * HV * KV, 0.0);
+  gr.dv = std::move(raw.dv);
+  gr.dinitial_state = std::move(raw.dinitial_state);
+  // l2norm chain: dx = r (dhat - hat (hat . dhat)).
+  gr.dq = dqh;
+  gr.dk = dkh;
+  if (p.qk_l2norm)
+    for (int64_t r = 0; r < BT * H; ++r) {
+      double dq_dot = 0, dk_dot = 0;
+      for (int64_t i = 0; i < K; ++i) {
+        dq_dot += qh[r * K + i] * dqh[r * K + i];
+        dk_dot += kh[r * K + i] * dkh[r * K + i];
+      }
+      for (int64_t i = 0; i < K; ++i) {
+        gr.dq[r * K + i] = rq[r] * (dqh[r * K + i] - qh[r * K + i] * dq_dot);
+        gr.dk[r * K + i] = rk[r] * (dkh[r * K + i] - kh[r * K + i] * dk_dot);
+      }
+    }
+
+  // Gate chain.
+  if (p.gate == GateMode::log) gr.dg = dge;
+  if (p.gate == GateMode::in_kernel) {
+    gr.dg.assign(BT * HV, 0.0);
+    gr.dA_log.assign(HV, 0.0);
+    if (!in.dt_bias.empty()) gr.ddt_bias.assign(HV, 0.0);
+    for (int64_t i = 0; i < BT * HV; ++i) {
+      const int64_t hv = i % HV;
+      const double u = in.g[i] + (in.dt_bias.empty() ? 0.0 : in.dt_bias[hv]);
+      const double da = dge[i] * (-std::exp(in.A_log[hv])) * softplus_grad(u);
+      gr.dg[i] = da;
+      if (!gr.ddt_bias.empty()) gr.ddt_bias[hv] += da;
+      gr.dA_log[hv] += dge[i] * ge[i];
+    }
+  }
+
+  // Beta chain.
+  gr.dbeta.assign(BT * HV, 0.0);
+  for (int64_t i = 0; i < BT * HV; ++i) {
+    if (p.beta == BetaMode::given) {
+      gr.dbeta[i] = dbe[i];
+    } else {
+      const double sg = sigmoid(in.beta[i]);
+      gr.dbeta[i] = dbe[i] * (p.beta == BetaMode::two_sigmoid ? 2.0 : 1.0) * sg * (1.0 - sg);
+    }
+  }
+  return gr;
+}
+
+}  // namespace detail
+
+Grads backward_recurrent(const Params& p, const Inputs& in, const std::vector<double>& d_o,
+                         const std::vector<double>& dfinal_state) {
+  const detail::BwdPrep P = detail::prepare_backward(p, in, d_o, dfinal_state, &recurrent);
+  const int64_t T = P.T, H = P.H, HV = P.HV, K = P.K, V = P.V, KV = P.KV, G = P.G, C = P.C, Nseq = P.Nseq;
+  const double scale = P.scale;
+  const Result& fw = P.fw;
+  const auto& seqs = P.seqs;
+  const std::vector<double>&qh = P.qh, &kh = P.kh, &ge = P.ge, &be = P.be;
+  detail::RawGrads raw = detail::zero_raw_grads(P, in);
+  std::vector<double>&dqh = raw.dqh, &dkh = raw.dkh, &dge = raw.dge, &dbe = raw.dbe;
+  std::vector<double>& dv = raw.dv;
 
   // One job per (sequence, q/k head): its HV/H value heads are visited in turn, so the dq / dk
   // accumulation over the value heads of a group never races.
@@ -92,7 +170,7 @@ Grads backward_recurrent(const Params& p, const Inputs& in, const std::vector<do
 #pragma omp parallel for schedule(dynamic)
   for (int64_t job = 0; job < jobs; ++job) {
     const int64_t n = job / H, h = job % H;
-    const Seq& s = seqs[n];
+    const detail::BwdSeq& s = seqs[n];
     std::vector<double> dS(KV), Sp(KV), St(KV), dSp(KV), m(V), delta(V), dd(V), dm(V), tmp(V);
     std::vector<double> seg;  // S_{t-1} for each token of the current chunk, [L][K][V]
     for (int64_t hv = h * G; hv < (h + 1) * G; ++hv) {
@@ -150,7 +228,7 @@ Grads backward_recurrent(const Params& p, const Inputs& in, const std::vector<do
           // delta = beta (v - m).
           double db = 0;
           for (int64_t j = 0; j < V; ++j) {
-            gr.dv[tv * V + j] = b * dd[j];
+            dv[tv * V + j] = b * dd[j];
             db += dd[j] * (v[j] - m[j]);
             dm[j] = -b * dd[j];
           }
@@ -173,54 +251,12 @@ Grads backward_recurrent(const Params& p, const Inputs& in, const std::vector<do
           dge[tv] = dg;
         }
       }
-      if (!gr.dinitial_state.empty())
-        store(dS.data(), p.state_layout, K, V, gr.dinitial_state.data() + (n * HV + hv) * KV);
+      if (!raw.dinitial_state.empty())
+        store(dS.data(), p.state_layout, K, V, raw.dinitial_state.data() + (n * HV + hv) * KV);
     }
   }
 
-  // l2norm chain: dx = r (dhat - hat (hat . dhat)).
-  gr.dq = dqh;
-  gr.dk = dkh;
-  if (p.qk_l2norm)
-    for (int64_t r = 0; r < BT * H; ++r) {
-      double dq_dot = 0, dk_dot = 0;
-      for (int64_t i = 0; i < K; ++i) {
-        dq_dot += qh[r * K + i] * dqh[r * K + i];
-        dk_dot += kh[r * K + i] * dkh[r * K + i];
-      }
-      for (int64_t i = 0; i < K; ++i) {
-        gr.dq[r * K + i] = rq[r] * (dqh[r * K + i] - qh[r * K + i] * dq_dot);
-        gr.dk[r * K + i] = rk[r] * (dkh[r * K + i] - kh[r * K + i] * dk_dot);
-      }
-    }
-
-  // Gate chain.
-  if (p.gate == GateMode::log) gr.dg = dge;
-  if (p.gate == GateMode::in_kernel) {
-    gr.dg.assign(BT * HV, 0.0);
-    gr.dA_log.assign(HV, 0.0);
-    if (!in.dt_bias.empty()) gr.ddt_bias.assign(HV, 0.0);
-    for (int64_t i = 0; i < BT * HV; ++i) {
-      const int64_t hv = i % HV;
-      const double u = in.g[i] + (in.dt_bias.empty() ? 0.0 : in.dt_bias[hv]);
-      const double da = dge[i] * (-std::exp(in.A_log[hv])) * softplus_grad(u);
-      gr.dg[i] = da;
-      if (!gr.ddt_bias.empty()) gr.ddt_bias[hv] += da;
-      gr.dA_log[hv] += dge[i] * ge[i];
-    }
-  }
-
-  // Beta chain.
-  gr.dbeta.assign(BT * HV, 0.0);
-  for (int64_t i = 0; i < BT * HV; ++i) {
-    if (p.beta == BetaMode::given) {
-      gr.dbeta[i] = dbe[i];
-    } else {
-      const double sg = sigmoid(in.beta[i]);
-      gr.dbeta[i] = dbe[i] * (p.beta == BetaMode::two_sigmoid ? 2.0 : 1.0) * sg * (1.0 - sg);
-    }
-  }
-  return gr;
+  return detail::finish_backward(p, in, P, std::move(raw));
 }
 
 }  // namespace assay::gated_delta

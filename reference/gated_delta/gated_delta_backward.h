@@ -73,4 +73,33 @@ struct Grads {
 Grads backward_recurrent(const Params& p, const Inputs& in, const std::vector<double>& d_o,
                          const std::vector<double>& dfinal_state = {});
 
+// backward_chunked: the same gradients through the chunked (WY / UT) form (gated_delta::chunked,
+// the shape of fla's chunk_gated_delta_rule_bwd), same contract and refusals as
+// backward_recurrent; the two forms agree in fp64 (agreement_rel <= 1e-12, the two-forms rule).
+// Per (sequence, value head), chunks of Q = chunk_size tokens (the last one partial) visited in
+// reverse; per chunk, with S0 = h_c the chunk-start state (from chunked()'s chunk_states),
+// D(i, j) = sum_{r=j+1..i} g_r (accumulated: a -inf gate is a clean reset), G_i = D(i, -1),
+// E = exp(D) (lower, diagonal included), and the forward recomputed:
+//   A = beta_i (k_i . k_j) E_ij (i > j);  T = (I + A)^-1;  u = T (beta V);  w = T (beta e^G K);
+//   v_new = u - w S0;  o = scale [e^G (Q S0) + (Q K^T . E) v_new];
+//   S_end = e^{G_last} S0 + K^T (E(last, .) v_new).
+// Passed backwards between chunks: only dh, the adjoint of the chunk-START state (dh at the end
+// of a sequence = dfinal_state[n]; dinitial_state[n] = dh of its first chunk; an empty sequence
+// passes dfinal through). Within the chunk, from dh (of S_end) and do:
+//   dv_new   = E(last, j) dh^T k_j (state update) + scale (Q K^T . E)^T do   (intra-chunk output)
+//   dh_{c-1} = e^{G_last} dh + scale (e^G Q)^T do - w^T dv_new
+//   dq       = scale [e^G S0 do + (do v_new^T . E) K]      dk += (do v_new^T . E)^T Q scale,
+//              dk_j += E(last, j) dh v_new_j (state update)
+//   du = dv_new, dw = -dv_new S0^T;  dT = du (beta V)^T + dw (beta e^G K)^T;
+//   dv = beta (T^T du);  d(beta e^G K) = T^T dw -> dk, dbeta, de^G;
+//   UT solve: dA = -T^T dT T^T restricted to the strictly lower triangle;
+//   A -> dbeta_i += sum_j dA_ij (k_i . k_j) E_ij;  dk += (dKK + dKK^T) K, dKK_ij = dA_ij beta_i E_ij;
+//   gate: every exp(D(i, j)) factor gives dD(i, j) (o's inter/intra-chunk terms, A, w, the state
+//   update); dg_r = sum_{i >= r} sum_{j < r} dD(i, j) (the reversed cumulative sum of the
+//   per-position gate gradients, taken over segment sums so -inf stays clean).
+// The elementwise chains (l2norm, gate mode, beta mode) and the GVA reduction are backward_recurrent's
+// (gated_delta_backward_internal.h).
+Grads backward_chunked(const Params& p, const Inputs& in, const std::vector<double>& d_o,
+                       const std::vector<double>& dfinal_state = {});
+
 }  // namespace assay::gated_delta
