@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 namespace assay_test {
 
@@ -19,6 +20,16 @@ struct SplitMix64 {
     return z ^ (z >> 31);
   }
   double u01() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }  // [0, 1), 53 random bits
+};
+
+// Uniform doubles in [lo, hi) from splitmix64, and vectors of them.
+struct UniformRng : SplitMix64 {
+  double u(double lo, double hi) { return lo + (hi - lo) * u01(); }
+  std::vector<double> vec(int64_t n, double lo, double hi) {
+    std::vector<double> v(static_cast<size_t>(n));
+    for (auto& x : v) x = u(lo, hi);
+    return v;
+  }
 };
 
 // A fresh, empty directory under the system temp dir: <tmp>/<group>/<name>.

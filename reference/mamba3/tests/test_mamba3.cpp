@@ -22,15 +22,9 @@ namespace {
 
 constexpr double kPi = std::numbers::pi;
 
-// splitmix64 -> uniform in [lo, hi). Portable, no <random> distributions.
-struct Rng : assay_test::SplitMix64 {
-  explicit Rng(uint64_t seed) : SplitMix64{seed * 0x9E3779B97F4A7C15ull + 1} {}
-  double u(double lo, double hi) { return lo + (hi - lo) * (double(next() >> 11) * 0x1.0p-53); }
-  std::vector<double> vec(int64_t n, double lo, double hi) {
-    std::vector<double> v(n);
-    for (auto& x : v) x = u(lo, hi);
-    return v;
-  }
+// splitmix64 -> uniform in [lo, hi) (tests/common.h), seeded per test.
+struct Rng : assay_test::UniformRng {
+  explicit Rng(uint64_t seed) : UniformRng{{seed * 0x9E3779B97F4A7C15ull + 1}} {}
 };
 
 enum class Decay { normal, strong, near_zero };

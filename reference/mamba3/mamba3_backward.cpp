@@ -1,0 +1,272 @@
+// Mamba-3 SISO backward oracle: see mamba3_backward.h for the contract and the adjoint equations.
+#include "reference/mamba3/mamba3_backward.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "reference/core/check.h"
+#include "reference/mamba3/mamba3_internal.h"
+
+namespace assay::mamba3 {
+
+namespace {
+
+using detail::kPi;
+using detail::Problem;
+
+double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+
+void check_upstream(const std::vector<double>& x, int64_t n, bool allow_empty, const char* name) {
+  ASSAY_INPUT_CHECK((allow_empty && x.empty()) || static_cast<int64_t>(x.size()) == n,
+                    "mamba3 backward: {} has {} values, expected {}{}", name, x.size(), n,
+                    allow_empty ? " or none" : "");
+  for (double e : x) ASSAY_INPUT_CHECK(std::isfinite(e), "mamba3 backward: {} not finite", name);
+}
+
+// Rotation by phi (adjacent pairs (2i, 2i+1), i < S), the forward's operations in the same order.
+void rotate(const double* phi, int64_t S, double* x) {
+  for (int64_t i = 0; i < S; ++i) {
+    const double c = std::cos(phi[i]), s = std::sin(phi[i]);
+    const double u = x[2 * i], w = x[2 * i + 1];
+    x[2 * i] = u * c - w * s;
+    x[2 * i + 1] = u * s + w * c;
+  }
+}
+
+// Adjoint of x = Rot(phi) xh, in place: dx (of the rotated x) -> dxh; dphi += dx_b x_a - dx_a x_b.
+void rotate_adjoint(const double* phi, int64_t S, const double* x, double* dx, double* dphi) {
+  for (int64_t i = 0; i < S; ++i) {
+    const double c = std::cos(phi[i]), s = std::sin(phi[i]);
+    const double da = dx[2 * i], db = dx[2 * i + 1];
+    dphi[i] += db * x[2 * i] - da * x[2 * i + 1];
+    dx[2 * i] = da * c + db * s;
+    dx[2 * i + 1] = -da * s + db * c;
+  }
+}
+
+// State update H <- alpha H + beta vprev kprev^T + gamma v k^T (mamba3_step.cpp's order, R = 1).
+void state_update(double* Hs, int64_t P, int64_t N, double alpha, double beta, double gamma, const double* vprev,
+                  const double* kprev, const double* v, const double* k) {
+  for (int64_t p = 0; p < P; ++p)
+    for (int64_t j = 0; j < N; ++j) {
+      const double prev = vprev[p] * kprev[j], cur = v[p] * k[j];
+      Hs[p * N + j] = alpha * Hs[p * N + j] + beta * prev + gamma * cur;
+    }
+}
+
+// One (sequence, head): forward with checkpoints, then the reverse sweep. Writes only this
+// (sequence, head)'s slices, except dq / dk (shared by the heads of a group), which the caller
+// serialises by running the heads of a group in order.
+void run_one(const Problem& pb, int64_t n, int64_t h, const std::vector<double>& d_out, const SisoFinalGrads& df,
+             SisoGrads& gr) {
+  const int64_t N = pb.N, P = pb.P, S = pb.S, PN = P * N, Q = pb.chunk;
+  const int64_t b = pb.seq_row[n], t0 = pb.seq_start[n], len = pb.seq_len[n];
+  const int64_t g = h / (pb.H / pb.G);
+  const bool st = pb.init_ssm != nullptr;
+  const double Dh = pb.d ? pb.d[h] : 0.0;
+  auto Vp = [&](int64_t tl) { return pb.v + pb.iv(b, t0 + tl, h); };  // raw V of token tl
+  auto ix = [&](int64_t tl) { return pb.ibht(b, h, t0 + tl); };
+  struct Coef {
+    double lam, alpha, beta, gamma;
+  };
+  auto coef = [&](int64_t tl) {
+    const double dtv = pb.dt[ix(tl)];
+    Coef c;
+    c.lam = sigmoid(pb.trap[ix(tl)]);
+    c.alpha = std::exp(pb.adt[ix(tl)]);
+    c.beta = (1.0 - c.lam) * dtv * c.alpha;
+    c.gamma = c.lam * dtv;
+    return c;
+  };
+
+  // Initial states (or zeros).
+  std::vector<double> phi0(S, 0.0), H0(PN, 0.0), k0(N, 0.0), v0(P, 0.0);
+  if (st) {
+    std::copy_n(pb.init_angle + pb.ist_angle(n, h), S, phi0.begin());
+    std::copy_n(pb.init_ssm + pb.ist_ssm(n, h), PN, H0.begin());
+    std::copy_n(pb.init_k + pb.ist_k(n, 0, h), N, k0.begin());
+    std::copy_n(pb.init_v + pb.ist_v(n, h), P, v0.begin());
+  }
+  auto kprev_of = [&](const std::vector<double>& kr, int64_t tl) { return tl == 0 ? k0.data() : &kr[(tl - 1) * N]; };
+  auto vprev_of = [&](int64_t tl) { return tl == 0 ? v0.data() : Vp(tl - 1); };
+
+  // Forward: per-token reduced angles (the forward's compensated sum and reduction), rotated q / k,
+  // and the checkpoint H_{c*Q - 1} entering every chunk c of Q tokens.
+  std::vector<double> phi(len * S), qr(len * N), kr(len * N);
+  const int64_t nchunks = (len + Q - 1) / Q;
+  std::vector<double> ck(nchunks * PN);
+  {
+    std::vector<double> acc_hi(phi0), acc_lo(S, 0.0), Hs(H0);
+    for (int64_t tl = 0; tl < len; ++tl) {
+      const int64_t t = t0 + tl;
+      const double dtv = pb.dt[ix(tl)];
+      for (int64_t s = 0; s < S; ++s) {
+        const double th = kPi * std::tanh(pb.angles[pb.iang(b, t, h) + s]) * dtv;
+        double sum, e;
+        detail::two_sum(acc_hi[s], th, sum, e);
+        acc_hi[s] = sum;
+        acc_lo[s] += e;
+        phi[tl * S + s] = detail::reduce_2pi(acc_hi[s], acc_lo[s]);
+      }
+      for (int64_t j = 0; j < N; ++j) {
+        qr[tl * N + j] = pb.q[pb.iqk(b, t, 0, g) + j] + pb.q_bias[h * N + j];
+        kr[tl * N + j] = pb.k[pb.iqk(b, t, 0, g) + j] + pb.k_bias[h * N + j];
+      }
+      rotate(&phi[tl * S], S, &qr[tl * N]);
+      rotate(&phi[tl * S], S, &kr[tl * N]);
+      if (tl % Q == 0) std::copy(Hs.begin(), Hs.end(), ck.begin() + (tl / Q) * PN);
+      const Coef c = coef(tl);
+      state_update(Hs.data(), P, N, c.alpha, c.beta, c.gamma, vprev_of(tl), kprev_of(kr, tl), Vp(tl), &kr[tl * N]);
+    }
+  }
+
+  // Adjoints carried backwards, seeded by the final-state gradients.
+  std::vector<double> dH(PN, 0.0), dkc(N, 0.0), dvc(P, 0.0), dphi(S, 0.0);
+  if (!df.d_ssm.empty()) std::copy_n(df.d_ssm.begin() + pb.ist_ssm(n, h), PN, dH.begin());
+  if (!df.d_k.empty()) std::copy_n(df.d_k.begin() + pb.ist_k(n, 0, h), N, dkc.begin());
+  if (!df.d_v.empty()) std::copy_n(df.d_v.begin() + pb.ist_v(n, h), P, dvc.begin());
+  if (!df.d_angle.empty()) std::copy_n(df.d_angle.begin() + pb.ist_angle(n, h), S, dphi.begin());
+
+  std::vector<double> Hbuf((Q + 1) * PN), dy(P), dq(N), dk(N), dV(P), dkc_new(N), dvc_new(P);
+  for (int64_t c = nchunks - 1; c >= 0; --c) {
+    const int64_t c0 = c * Q, c1 = std::min(len, c0 + Q);
+    // Recompute H_{c0-1} .. H_{c1-1} into Hbuf[0 .. c1-c0].
+    std::copy_n(ck.begin() + c * PN, PN, Hbuf.begin());
+    for (int64_t tl = c0; tl < c1; ++tl) {
+      double* Hn = &Hbuf[(tl - c0 + 1) * PN];
+      std::copy_n(&Hbuf[(tl - c0) * PN], PN, Hn);
+      const Coef cf = coef(tl);
+      state_update(Hn, P, N, cf.alpha, cf.beta, cf.gamma, vprev_of(tl), kprev_of(kr, tl), Vp(tl), &kr[tl * N]);
+    }
+    for (int64_t tl = c1 - 1; tl >= c0; --tl) {
+      const int64_t t = t0 + tl;
+      const double* Ht = &Hbuf[(tl - c0 + 1) * PN];
+      const double* Hm = &Hbuf[(tl - c0) * PN];
+      const double* V = Vp(tl);
+      const double* vprev = vprev_of(tl);
+      const double* kprev = kprev_of(kr, tl);
+      const double* q = &qr[tl * N];
+      const double* k = &kr[tl * N];
+      const double* dO = &d_out[pb.iv(b, t, h)];
+      const Coef cf = coef(tl);
+      const double dtv = pb.dt[ix(tl)];
+
+      // Gate. y recomputed as the forward does (acc over j, + D V).
+      for (int64_t p = 0; p < P; ++p) {
+        if (pb.z) {
+          double acc = 0;
+          for (int64_t j = 0; j < N; ++j) acc += Ht[p * N + j] * q[j];
+          const double y = acc + Dh * V[p];
+          const double zz = pb.z[pb.iv(b, t, h) + p];
+          const double sg = sigmoid(zz);
+          dy[p] = dO[p] * (zz * sg);
+          gr.dz[pb.iv(b, t, h) + p] = dO[p] * y * sg * (1.0 + zz * (1.0 - sg));
+        } else {
+          dy[p] = dO[p];
+        }
+      }
+      // y = H_t q + D V.
+      for (int64_t j = 0; j < N; ++j) dq[j] = 0;
+      for (int64_t p = 0; p < P; ++p)
+        for (int64_t j = 0; j < N; ++j) {
+          dH[p * N + j] += dy[p] * q[j];
+          dq[j] += Ht[p * N + j] * dy[p];
+        }
+      if (pb.d) {
+        double s = 0;
+        for (int64_t p = 0; p < P; ++p) s += dy[p] * V[p];
+        gr.dd[h] += s;
+      }
+      for (int64_t p = 0; p < P; ++p) dV[p] = dvc[p] + Dh * dy[p];
+      for (int64_t j = 0; j < N; ++j) dk[j] = dkc[j];
+      // H_t = alpha H_{t-1} + beta vprev kprev^T + gamma V k^T.
+      double dalpha = 0, dbeta = 0, dgamma = 0;
+      for (int64_t j = 0; j < N; ++j) dkc_new[j] = 0;
+      for (int64_t p = 0; p < P; ++p) {
+        double hk = 0, hkp = 0;
+        for (int64_t j = 0; j < N; ++j) {
+          const double e = dH[p * N + j];
+          dalpha += e * Hm[p * N + j];
+          hk += e * k[j];
+          hkp += e * kprev[j];
+          dk[j] += cf.gamma * e * V[p];
+          dkc_new[j] += cf.beta * e * vprev[p];
+        }
+        dgamma += V[p] * hk;
+        dbeta += vprev[p] * hkp;
+        dV[p] += cf.gamma * hk;
+        dvc_new[p] = cf.beta * hkp;
+      }
+      for (int64_t x = 0; x < PN; ++x) dH[x] *= cf.alpha;
+      dkc.swap(dkc_new);
+      dvc.swap(dvc_new);
+      for (int64_t p = 0; p < P; ++p) gr.dv[pb.iv(b, t, h) + p] += dV[p];
+      // Coefficients.
+      gr.dadt[ix(tl)] = dalpha * cf.alpha + dbeta * cf.beta;
+      const double dlam = dtv * (dgamma - cf.alpha * dbeta);
+      gr.dtrap[ix(tl)] = dlam * cf.lam * (1.0 - cf.lam);
+      double ddt = dbeta * (1.0 - cf.lam) * cf.alpha + dgamma * cf.lam;
+      // Rotation and biases.
+      rotate_adjoint(&phi[tl * S], S, q, dq.data(), dphi.data());
+      rotate_adjoint(&phi[tl * S], S, k, dk.data(), dphi.data());
+      for (int64_t j = 0; j < N; ++j) {
+        gr.dq[pb.iqk(b, t, 0, g) + j] += dq[j];
+        gr.dk[pb.iqk(b, t, 0, g) + j] += dk[j];
+        gr.dq_bias[h * N + j] += dq[j];
+        gr.dk_bias[h * N + j] += dk[j];
+      }
+      // Angles: phi_t = phi_{t-1} + pi tanh(A) DT; dphi passes to phi_{t-1} unchanged.
+      for (int64_t s = 0; s < S; ++s) {
+        const double th = std::tanh(pb.angles[pb.iang(b, t, h) + s]);
+        gr.dangles[pb.iang(b, t, h) + s] = dphi[s] * kPi * (1.0 - th * th) * dtv;
+        ddt += dphi[s] * kPi * th;
+      }
+      gr.ddt[ix(tl)] = ddt;
+    }
+  }
+
+  if (st) {
+    std::copy(dphi.begin(), dphi.end(), gr.dangle_state.begin() + pb.ist_angle(n, h));
+    std::copy(dH.begin(), dH.end(), gr.dssm_state.begin() + pb.ist_ssm(n, h));
+    std::copy(dkc.begin(), dkc.end(), gr.dk_state.begin() + pb.ist_k(n, 0, h));
+    std::copy(dvc.begin(), dvc.end(), gr.dv_state.begin() + pb.ist_v(n, h));
+  }
+}
+
+}  // namespace
+
+SisoGrads backward_siso_recurrent(const SisoParams& p, const SisoInputs& in, const std::vector<double>& d_out,
+                                  const SisoFinalGrads& dfinal) {
+  const Problem pb = detail::make_problem(p, in);  // validates every input as the forward does
+  const int64_t NS = pb.NS(), H = pb.H, N = pb.N, P = pb.P, S = pb.S;
+  check_upstream(d_out, pb.B * pb.T * H * P, false, "d_out");
+  check_upstream(dfinal.d_angle, NS * H * S, true, "d_angle (final_angle)");
+  check_upstream(dfinal.d_ssm, NS * H * P * N, true, "d_ssm (final_ssm)");
+  check_upstream(dfinal.d_k, NS * H * N, true, "d_k (final_k)");
+  check_upstream(dfinal.d_v, NS * H * P, true, "d_v (final_v)");
+
+  SisoGrads gr;
+  gr.dq.assign(in.q.size(), 0.0);
+  gr.dk.assign(in.k.size(), 0.0);
+  gr.dv.assign(in.v.size(), 0.0);
+  gr.dadt.assign(in.adt.size(), 0.0);
+  gr.ddt.assign(in.dt.size(), 0.0);
+  gr.dtrap.assign(in.trap.size(), 0.0);
+  gr.dq_bias.assign(in.q_bias.size(), 0.0);
+  gr.dk_bias.assign(in.k_bias.size(), 0.0);
+  gr.dangles.assign(in.angles.size(), 0.0);
+  gr.dd.assign(in.d.size(), 0.0);
+  gr.dz.assign(in.z.size(), 0.0);
+  gr.dangle_state.assign(in.angle_state.size(), 0.0);
+  gr.dssm_state.assign(in.ssm_state.size(), 0.0);
+  gr.dk_state.assign(in.k_state.size(), 0.0);
+  gr.dv_state.assign(in.v_state.size(), 0.0);
+  // Serial over (sequence, head): dq / dk accumulate over the heads of a group, and dq_bias / dk_bias /
+  // dd over the sequences of a head, always in this fixed order (deterministic).
+  for (int64_t n = 0; n < NS; ++n)
+    for (int64_t h = 0; h < H; ++h) run_one(pb, n, h, d_out, dfinal, gr);
+  return gr;
+}
+
+}  // namespace assay::mamba3

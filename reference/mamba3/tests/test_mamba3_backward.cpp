@@ -1,0 +1,286 @@
+// Tests of the Mamba-3 SISO backward oracle (reference/mamba3/mamba3_backward.h): central finite
+// differences in fp64 of L = <d_out, out> + <d_final, final states> through the step recurrence
+// (mamba3::siso_step), for every element of every differentiable input, on tiny shapes over
+// several configurations; plus exact isolation of varlen sequences (no gradient crosses a reset),
+// an empty sequence passing the final-state gradients through, a -inf ADT reset, and refusals.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <numbers>
+#include <string>
+#include <vector>
+
+#include "catch_compat.h"
+#include "tests/common.h"
+#include "tests/gradcheck.h"
+#include "reference/core/check.h"
+#include "reference/mamba3/mamba3.h"
+#include "reference/mamba3/mamba3_backward.h"
+
+using namespace assay;
+using namespace assay::mamba3;
+
+namespace {
+
+constexpr double kPi = std::numbers::pi;
+
+// splitmix64 -> uniform in [lo, hi) (tests/common.h), seeded per test.
+struct Rng : assay_test::UniformRng {
+  explicit Rng(uint64_t seed) : UniformRng{{seed * 0x9E3779B97F4A7C15ull + 4242}} {}
+};
+
+int64_t nseq(const SisoParams& p) { return p.cu_seqlens.empty() ? p.B : int64_t(p.cu_seqlens.size()) - 1; }
+
+struct Opts {
+  bool d = true, z = true, states = false;
+};
+
+SisoInputs make_inputs(const SisoParams& p, uint64_t seed, const Opts& o) {
+  Rng g(seed);
+  SisoInputs in;
+  const int64_t NS = nseq(p), BHT = p.B * p.H * p.T;
+  in.q = g.vec(p.B * p.T * p.G * p.N, -1, 1);
+  in.k = g.vec(p.B * p.T * p.G * p.N, -1, 1);
+  in.v = g.vec(p.B * p.T * p.H * p.P, -1, 1);
+  in.dt = g.vec(BHT, 0.05, 1.0);  // DT >= 0 stays so under the FD step
+  in.adt.resize(BHT);
+  for (int64_t i = 0; i < BHT; ++i) in.adt[i] = -in.dt[i] * g.u(0.1, 1.5);  // ADT < 0 strictly
+  in.trap = g.vec(BHT, -3, 3);
+  in.q_bias = g.vec(p.H * p.N, -0.5, 0.5);
+  in.k_bias = g.vec(p.H * p.N, -0.5, 0.5);
+  in.angles = g.vec(p.B * p.T * p.H * p.S, -2, 2);
+  if (o.d) in.d = g.vec(p.H, -1, 1);
+  if (o.z) in.z = g.vec(p.B * p.T * p.H * p.P, -2, 2);
+  if (o.states) {
+    in.angle_state = g.vec(NS * p.H * p.S, 0.5, 2 * kPi - 0.5);
+    in.ssm_state = g.vec(NS * p.H * p.P * p.N, -1, 1);
+    in.k_state = g.vec(NS * p.H * p.N, -1, 1);
+    in.v_state = g.vec(NS * p.H * p.P, -1, 1);
+  }
+  return in;
+}
+
+struct Upstream {
+  std::vector<double> d_out;
+  SisoFinalGrads df;
+};
+
+// Final-state gradients: mask bit 0 angle, 1 ssm, 2 k, 3 v.
+Upstream make_upstream(const SisoParams& p, uint64_t seed, unsigned mask = 0xF) {
+  Rng g(seed);
+  const int64_t NS = nseq(p);
+  Upstream u;
+  u.d_out = g.vec(p.B * p.T * p.H * p.P, -1, 1);
+  if (mask & 1) u.df.d_angle = g.vec(NS * p.H * p.S, -1, 1);
+  if (mask & 2) u.df.d_ssm = g.vec(NS * p.H * p.P * p.N, -1, 1);
+  if (mask & 4) u.df.d_k = g.vec(NS * p.H * p.N, -1, 1);
+  if (mask & 8) u.df.d_v = g.vec(NS * p.H * p.P, -1, 1);
+  return u;
+}
+
+double dot(const std::vector<double>& a, const std::vector<double>& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+double loss(const SisoParams& p, const SisoInputs& in, const Upstream& u) {
+  const Result r = siso_step(p, in);
+  return dot(u.d_out, r.out) + dot(u.df.d_angle, r.final_angle) + dot(u.df.d_ssm, r.final_ssm) +
+         dot(u.df.d_k, r.final_k) + dot(u.df.d_v, r.final_v);
+}
+
+double gradcheck(const std::string& label, const SisoParams& p, const SisoInputs& in, const Upstream& u) {
+  const SisoGrads g = backward_siso_recurrent(p, in, u.d_out, u.df);
+  using GI = assay_test::GradItem<SisoInputs>;
+  const std::vector<GI> items = {
+      {"q", &SisoInputs::q, &g.dq},
+      {"k", &SisoInputs::k, &g.dk},
+      {"v", &SisoInputs::v, &g.dv},
+      {"adt", &SisoInputs::adt, &g.dadt},
+      {"dt", &SisoInputs::dt, &g.ddt},
+      {"trap", &SisoInputs::trap, &g.dtrap},
+      {"q_bias", &SisoInputs::q_bias, &g.dq_bias},
+      {"k_bias", &SisoInputs::k_bias, &g.dk_bias},
+      {"angles", &SisoInputs::angles, &g.dangles},
+      {"d", &SisoInputs::d, &g.dd},
+      {"z", &SisoInputs::z, &g.dz},
+      {"angle_state", &SisoInputs::angle_state, &g.dangle_state},
+      {"ssm_state", &SisoInputs::ssm_state, &g.dssm_state},
+      {"k_state", &SisoInputs::k_state, &g.dk_state},
+      {"v_state", &SisoInputs::v_state, &g.dv_state},
+  };
+  return assay_test::gradcheck_inputs(in, items, [&](const SisoInputs& w) { return loss(p, w, u); },
+                                      "mamba3 siso backward gradcheck [" + label + "]");
+}
+
+constexpr double kTol = 1e-6;
+
+SisoParams base(int64_t B, int64_t T, int64_t H, int64_t G, int64_t N, int64_t P, int64_t S, int64_t Q) {
+  SisoParams p;
+  p.B = B, p.T = T, p.H = H, p.G = G, p.N = N, p.P = P, p.S = S, p.chunk_size = Q;
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("mamba3 siso backward: gradcheck, D and Z, with / without input states", "[cpu][L0]") {
+  for (int64_t Q : {2, 64}) {  // checkpoint grid: several recomputed chunks, or one chunk > T
+    const SisoParams p = base(2, 5, 2, 1, 4, 3, 2, Q);
+    const SisoInputs in = make_inputs(p, 1, {});
+    CHECK(gradcheck(Q == 2 ? "D, Z, no states, full rotation S=2 N=4, Q=2" : "D, Z, no states, Q=64", p, in,
+                    make_upstream(p, 2)) < kTol);
+  }
+  const SisoParams p = base(2, 5, 2, 2, 6, 3, 2, 2);  // S=2 < N/2=3: dims 4, 5 pass through
+  const SisoInputs in = make_inputs(p, 3, {.d = true, .z = true, .states = true});
+  CHECK(gradcheck("D, Z, input states, partial rotation S=2 N=6, Q=2", p, in, make_upstream(p, 4)) < kTol);
+}
+
+TEST_CASE("mamba3 siso backward: gradcheck, no D / no Z, GQA, partial final-state gradients", "[cpu][L0]") {
+  {
+    const SisoParams p = base(2, 5, 2, 1, 4, 2, 1, 3);
+    const SisoInputs in = make_inputs(p, 10, {.d = false, .z = false, .states = true});
+    CHECK(gradcheck("no D, no Z, states, S=1, Q=3", p, in, make_upstream(p, 11)) < kTol);
+  }
+  {
+    const SisoParams p = base(1, 6, 4, 2, 4, 2, 2, 2);  // heads 0,1 -> group 0; 2,3 -> group 1
+    const SisoInputs in = make_inputs(p, 12, {.d = true, .z = false, .states = true});
+    CHECK(gradcheck("GQA H=4 G=2, D, no Z, states, d_out + d_ssm + d_v only", p, in, make_upstream(p, 13, 0x2 | 0x8)) <
+          kTol);
+  }
+  {
+    // No rotation at all. (With S = 0 the angle state is empty, which the forward reads as "no
+    // input states", so this configuration runs without them.)
+    const SisoParams p = base(1, 6, 2, 2, 4, 3, 0, 4);
+    const SisoInputs in = make_inputs(p, 14, {.d = false, .z = true, .states = false});
+    CHECK(gradcheck("no rotation S=0, Z, no states, d_out + d_ssm + d_k + d_v", p, in, make_upstream(p, 15)) <
+          kTol);
+  }
+}
+
+TEST_CASE("mamba3 siso backward: gradcheck, varlen with an empty sequence, and a -inf ADT reset", "[cpu][L0]") {
+  SisoParams p = base(1, 9, 2, 1, 4, 2, 2, 2);
+  p.cu_seqlens = {0, 3, 3, 7, 9};
+  const SisoInputs in = make_inputs(p, 20, {.d = true, .z = true, .states = true});
+  const Upstream u = make_upstream(p, 21);
+  CHECK(gradcheck("varlen {0,3,3,7,9}, D, Z, states", p, in, u) < kTol);
+  // The empty sequence (n = 1) passes its states through: its initial-state gradients equal the
+  // final-state gradients exactly.
+  const SisoGrads g = backward_siso_recurrent(p, in, u.d_out, u.df);
+  const int64_t H = p.H, S = p.S, N = p.N, P = p.P;
+  for (int64_t i = 0; i < H * S; ++i) CHECK(g.dangle_state[H * S + i] == u.df.d_angle[H * S + i]);
+  for (int64_t i = 0; i < H * P * N; ++i) CHECK(g.dssm_state[H * P * N + i] == u.df.d_ssm[H * P * N + i]);
+  for (int64_t i = 0; i < H * N; ++i) CHECK(g.dk_state[H * N + i] == u.df.d_k[H * N + i]);
+  for (int64_t i = 0; i < H * P; ++i) CHECK(g.dv_state[H * P + i] == u.df.d_v[H * P + i]);
+
+  // ADT = -inf at a few tokens: alpha = beta = 0, a full reset. The FD step cannot perturb -inf, so
+  // the gradcheck runs with ADT = -800 there (exp(-800) == 0 exactly in fp64: the same alpha = beta
+  // = 0 reset, and FD around it is 0 as the analytic dADT), and the -inf run must give bitwise the
+  // same gradients.
+  SisoParams pr = base(2, 6, 2, 1, 4, 2, 2, 2);
+  SisoInputs ir = make_inputs(pr, 22, {.d = true, .z = true, .states = true});
+  const int64_t r0 = pr.T * 0 + 2, r1 = pr.T * 3 + 4;  // (b=0, h=0, t=2), (b=1, h=1, t=4)
+  ir.adt[r0] = ir.adt[r1] = -800.0;
+  REQUIRE(std::exp(-800.0) == 0.0);
+  const Upstream ur = make_upstream(pr, 23);
+  CHECK(gradcheck("ADT resets (alpha = 0), D, Z, states", pr, ir, ur) < kTol);
+  const SisoGrads gf = backward_siso_recurrent(pr, ir, ur.d_out, ur.df);
+  SisoInputs ii = ir;
+  ii.adt[r0] = ii.adt[r1] = -INFINITY;
+  const SisoGrads gr = backward_siso_recurrent(pr, ii, ur.d_out, ur.df);
+  CHECK(gr.dadt[r0] == 0.0);
+  CHECK(gr.dadt[r1] == 0.0);
+  CHECK(gr.dq == gf.dq);
+  CHECK(gr.dk == gf.dk);
+  CHECK(gr.dv == gf.dv);
+  CHECK(gr.dadt == gf.dadt);
+  CHECK(gr.ddt == gf.ddt);
+  CHECK(gr.dtrap == gf.dtrap);
+  CHECK(gr.dq_bias == gf.dq_bias);
+  CHECK(gr.dk_bias == gf.dk_bias);
+  CHECK(gr.dangles == gf.dangles);
+  CHECK(gr.dd == gf.dd);
+  CHECK(gr.dz == gf.dz);
+  CHECK(gr.dangle_state == gf.dangle_state);
+  CHECK(gr.dssm_state == gf.dssm_state);
+  CHECK(gr.dk_state == gf.dk_state);
+  CHECK(gr.dv_state == gf.dv_state);
+  // The reset blocks the state path: with only d_ssm upstream, nothing reaches the initial SSM
+  // state of (b=1, h=1) through its reset at t=4, exactly; the other head of b=1 does get some.
+  Upstream us = ur;
+  std::fill(us.d_out.begin(), us.d_out.end(), 0.0);
+  us.df.d_angle.clear(), us.df.d_k.clear(), us.df.d_v.clear();
+  const SisoGrads gs = backward_siso_recurrent(pr, ii, us.d_out, us.df);
+  const int64_t PN = pr.P * pr.N;
+  double blocked = 0, open = 0;
+  for (int64_t i = 0; i < PN; ++i) {
+    blocked = std::max(blocked, std::fabs(gs.dssm_state[(1 * pr.H + 1) * PN + i]));
+    open = std::max(open, std::fabs(gs.dssm_state[(1 * pr.H + 0) * PN + i]));
+  }
+  CHECK(blocked == 0.0);
+  CHECK(open > 1e-3);
+  for (double e : gr.dq) CHECK(std::isfinite(e));
+}
+
+TEST_CASE("mamba3 siso backward: no gradient crosses a varlen reset", "[cpu][L0]") {
+  SisoParams p = base(1, 9, 2, 1, 4, 3, 2, 2);
+  p.cu_seqlens = {0, 4, 9};
+  const SisoInputs in = make_inputs(p, 30, {.d = false, .z = true, .states = true});
+  Upstream u = make_upstream(p, 31);
+  // Only sequence 1 is observed: d_out on its tokens, the final-state gradients of its slot.
+  const int64_t H = p.H, N = p.N, P = p.P, S = p.S, HP = H * P;
+  std::fill(u.d_out.begin(), u.d_out.begin() + 4 * HP, 0.0);
+  std::fill(u.df.d_angle.begin(), u.df.d_angle.begin() + H * S, 0.0);
+  std::fill(u.df.d_ssm.begin(), u.df.d_ssm.begin() + H * P * N, 0.0);
+  std::fill(u.df.d_k.begin(), u.df.d_k.begin() + H * N, 0.0);
+  std::fill(u.df.d_v.begin(), u.df.d_v.begin() + H * P, 0.0);
+  const SisoGrads g = backward_siso_recurrent(p, in, u.d_out, u.df);
+  double leak = 0, inside = 0;
+  auto upd = [&](int64_t t, double v) { (t < 4 ? leak : inside) = std::max(t < 4 ? leak : inside, std::fabs(v)); };
+  for (int64_t t = 0; t < p.T; ++t) {
+    for (int64_t i = 0; i < p.G * N; ++i) upd(t, g.dq[t * p.G * N + i]), upd(t, g.dk[t * p.G * N + i]);
+    for (int64_t i = 0; i < HP; ++i) upd(t, g.dv[t * HP + i]), upd(t, g.dz[t * HP + i]);
+    for (int64_t i = 0; i < H * S; ++i) upd(t, g.dangles[t * H * S + i]);
+    for (int64_t h = 0; h < H; ++h) upd(t, g.dadt[h * p.T + t]), upd(t, g.ddt[h * p.T + t]), upd(t, g.dtrap[h * p.T + t]);
+  }
+  for (int64_t i = 0; i < H * S; ++i) leak = std::max(leak, std::fabs(g.dangle_state[i]));
+  for (int64_t i = 0; i < H * P * N; ++i) leak = std::max(leak, std::fabs(g.dssm_state[i]));
+  for (int64_t i = 0; i < H * N; ++i) leak = std::max(leak, std::fabs(g.dk_state[i]));
+  for (int64_t i = 0; i < H * P; ++i) leak = std::max(leak, std::fabs(g.dv_state[i]));
+  CHECK(leak == 0.0);
+  CHECK(inside > 0.01);
+  double s1 = 0;
+  for (int64_t i = H * P * N; i < 2 * H * P * N; ++i) s1 = std::max(s1, std::fabs(g.dssm_state[i]));
+  CHECK(s1 > 0.01);
+  // The converse by perturbation: changing sequence-0 inputs and states leaves L unchanged exactly.
+  SisoInputs w = in;
+  for (int64_t i = 0; i < 4 * p.G * N; ++i) w.q[i] += 0.5, w.k[i] -= 0.3;
+  for (int64_t i = 0; i < 4 * HP; ++i) w.v[i] += 0.5, w.z[i] -= 0.25;
+  for (int64_t i = 0; i < 4 * H * S; ++i) w.angles[i] += 0.3;
+  for (int64_t h = 0; h < H; ++h)
+    for (int64_t t = 0; t < 4; ++t) w.dt[h * p.T + t] += 0.1, w.adt[h * p.T + t] -= 0.2, w.trap[h * p.T + t] += 0.4;
+  for (int64_t i = 0; i < H * S; ++i) w.angle_state[i] += 0.25;
+  for (int64_t i = 0; i < H * P * N; ++i) w.ssm_state[i] += 0.25;
+  for (int64_t i = 0; i < H * N; ++i) w.k_state[i] += 0.25;
+  for (int64_t i = 0; i < H * P; ++i) w.v_state[i] += 0.25;
+  CHECK(loss(p, w, u) == loss(p, in, u));
+}
+
+TEST_CASE("mamba3 siso backward: malformed upstream gradients and inputs are refused", "[cpu][L0]") {
+  const SisoParams p = base(2, 3, 1, 1, 4, 2, 2, 2);
+  const SisoInputs in = make_inputs(p, 40, {.d = true, .z = true, .states = true});
+  Upstream u = make_upstream(p, 41);
+  u.d_out.pop_back();
+  REQUIRE_THROWS_AS(backward_siso_recurrent(p, in, u.d_out, u.df), InputError);
+  u = make_upstream(p, 41);
+  u.df.d_ssm.pop_back();
+  REQUIRE_THROWS_AS(backward_siso_recurrent(p, in, u.d_out, u.df), InputError);
+  u = make_upstream(p, 41);
+  u.df.d_k[0] = NAN;
+  REQUIRE_THROWS_AS(backward_siso_recurrent(p, in, u.d_out, u.df), InputError);
+  u = make_upstream(p, 41);
+  SisoInputs bad = in;
+  bad.adt[0] = 0.1;  // ADT > 0: refused as by the forward
+  REQUIRE_THROWS_AS(backward_siso_recurrent(p, bad, u.d_out, u.df), InputError);
+}
