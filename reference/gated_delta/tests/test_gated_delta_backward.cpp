@@ -240,18 +240,20 @@ TEST_CASE("gated_delta backward: no gradient crosses a varlen reset", "[cpu][L0]
   CHECK(loss(p, w, u) == loss(p, in, u));
 }
 
-TEST_CASE("gated_delta backward: malformed upstream gradients and mutants are refused", "[cpu][L0]") {
-  Params p = base(2, 3, 1, 1, 2, 2, 2);
-  const Inputs in = make_inputs(p, 70, /*h0=*/true);
-  Upstream u = make_upstream(p, 71);
-  u.d_o.pop_back();
-  REQUIRE_THROWS_AS(backward_recurrent(p, in, u.d_o, u.dfinal), InputError);
-  u = make_upstream(p, 71);
-  u.dfinal.pop_back();
-  REQUIRE_THROWS_AS(backward_recurrent(p, in, u.d_o, u.dfinal), InputError);
-  u = make_upstream(p, 71);
-  p.mutant = Mutant::missing_alpha;
-  REQUIRE_THROWS_AS(backward_recurrent(p, in, u.d_o, u.dfinal), InputError);
+TEST_CASE("gated_delta backward: malformed upstream gradients and mutants are refused by both forms", "[cpu][L0]") {
+  for (auto* backward : {&backward_recurrent, &backward_chunked}) {
+    Params p = base(2, 3, 1, 1, 2, 2, 2);
+    const Inputs in = make_inputs(p, 70, /*h0=*/true);
+    Upstream u = make_upstream(p, 71);
+    u.d_o.pop_back();
+    REQUIRE_THROWS_AS(backward(p, in, u.d_o, u.dfinal), InputError);
+    u = make_upstream(p, 71);
+    u.dfinal.pop_back();
+    REQUIRE_THROWS_AS(backward(p, in, u.d_o, u.dfinal), InputError);
+    u = make_upstream(p, 71);
+    p.mutant = Mutant::missing_alpha;
+    REQUIRE_THROWS_AS(backward(p, in, u.d_o, u.dfinal), InputError);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -324,16 +326,4 @@ TEST_CASE("gated_delta backward: chunked (WY/UT) and recurrent backward forms ag
   for (int x = 0; x < 8; ++x)
     std::printf("gated_delta backward chunked vs recurrent: worst agreement_rel %-15s %.3e (%d runs)\n", names[x],
                 worst[x], runs);
-  // The refusals are backward_recurrent's.
-  Params p = base(2, 3, 1, 1, 2, 2, 2);
-  const Inputs in = make_inputs(p, 70, /*h0=*/true);
-  Upstream u = make_upstream(p, 71);
-  u.d_o.pop_back();
-  REQUIRE_THROWS_AS(backward_chunked(p, in, u.d_o, u.dfinal), InputError);
-  u = make_upstream(p, 71);
-  u.dfinal.pop_back();
-  REQUIRE_THROWS_AS(backward_chunked(p, in, u.d_o, u.dfinal), InputError);
-  u = make_upstream(p, 71);
-  p.mutant = Mutant::missing_alpha;
-  REQUIRE_THROWS_AS(backward_chunked(p, in, u.d_o, u.dfinal), InputError);
 }
