@@ -38,6 +38,41 @@ target_compile_definitions(assay_hdf5 INTERFACE ${HDF5_DEFINITIONS})
 add_library(assay_thirdparty INTERFACE)
 target_link_libraries(assay_thirdparty INTERFACE fmt::fmt-header-only nlohmann_json::nlohmann_json
                       CLI11::CLI11 Eigen3::Eigen OpenMP::OpenMP_CXX)
+
+# OpenBLAS under Eigen's dense products (EIGEN_USE_BLAS): Debian's OpenMP build
+# (libopenblas-openmp-dev), linked statically so binaries still need only libhdf5 and libgomp.
+# Its threads are libgomp's: inside an oracle's `omp parallel` region a GEMM runs on the calling
+# thread, outside it uses the OpenMP pool. A GEMM's result does not depend on the thread count
+# (OpenBLAS splits the M and N dimensions, never the K reduction). ASSAY_BLAS=OFF, or no
+# OpenBLAS, falls back to Eigen's own GEMM.
+option(ASSAY_BLAS "Use OpenBLAS (OpenMP build) under Eigen's products" ON)
+set(ASSAY_BLAS_BACKEND "Eigen")
+if(ASSAY_BLAS)
+  set(_ob_dirs /usr/lib/${CMAKE_LIBRARY_ARCHITECTURE}/openblas-openmp)
+  find_library(ASSAY_OPENBLAS_LIB NAMES libopenblas.a PATHS ${_ob_dirs} NO_DEFAULT_PATH)
+  find_path(ASSAY_OPENBLAS_INCLUDE cblas.h
+            PATHS /usr/include/${CMAKE_LIBRARY_ARCHITECTURE}/openblas-openmp NO_DEFAULT_PATH)
+  if(ASSAY_OPENBLAS_LIB AND ASSAY_OPENBLAS_INCLUDE)
+    set(ASSAY_BLAS_BACKEND "OpenBLAS (OpenMP, static)")
+    # An imported static library whose own dependencies (libgomp, libm) follow it on every link line.
+    add_library(assay_openblas STATIC IMPORTED)
+    set_target_properties(assay_openblas PROPERTIES IMPORTED_LOCATION ${ASSAY_OPENBLAS_LIB}
+                          INTERFACE_LINK_LIBRARIES "gomp;m;pthread")
+    target_link_libraries(assay_thirdparty INTERFACE assay_openblas)
+    target_include_directories(assay_thirdparty SYSTEM INTERFACE ${ASSAY_OPENBLAS_INCLUDE})
+    target_compile_definitions(assay_thirdparty INTERFACE $<$<COMPILE_LANGUAGE:CXX>:EIGEN_USE_BLAS>
+                               $<$<COMPILE_LANGUAGE:CXX>:ASSAY_HAVE_OPENBLAS=1>)
+  endif()
+endif()
+if(NOT ASSAY_BLAS_BACKEND STREQUAL _assay_blas_said)
+  if(ASSAY_BLAS_BACKEND STREQUAL "Eigen")
+    message(STATUS "assay: dense products use Eigen's own GEMM (no OpenBLAS: scripts/setup installs "
+                   "libopenblas-openmp-dev; or ASSAY_BLAS=OFF)")
+  else()
+    message(STATUS "assay: dense products use ${ASSAY_BLAS_BACKEND}")
+  endif()
+  set(_assay_blas_said "${ASSAY_BLAS_BACKEND}" CACHE INTERNAL "")
+endif()
 target_compile_definitions(assay_thirdparty INTERFACE TOML_HEADER_ONLY=1 TOML_EXCEPTIONS=1)
 get_target_property(_toml_inc tomlplusplus::tomlplusplus INTERFACE_INCLUDE_DIRECTORIES)
 target_include_directories(assay_thirdparty INTERFACE ${_toml_inc})
