@@ -74,7 +74,7 @@ std::vector<int64_t> seq_ending_at(const Inputs& in) {
 }
 
 void epilogue_token(const Inputs& in, int64_t h, int64_t ip, const std::vector<double>& dout,
-                    const double* y, double* dy, Grads& gr, double* dD_row) {
+                    const double* y, double* dy, Grads& gr, double* dD_row, bool magnitude) {
   const int64_t P = in.headdim;
   const bool has_D = !in.D.empty(), has_z = !in.z.empty();
   const bool D_per_p = static_cast<int64_t>(in.D.size()) == in.nheads * P;
@@ -87,7 +87,9 @@ void epilogue_token(const Inputs& in, int64_t h, int64_t ip, const std::vector<d
       if (has_z) {
         const double skip = has_D ? Dv * xt[pp] : 0.0;
         gate = silu(in.z[ip + pp]);
-        gr.dz[ip + pp] = go * (y[pp] + skip) * dsilu(in.z[ip + pp]);
+        double dgate = dsilu(in.z[ip + pp]);
+        if (magnitude) gate = std::abs(gate), dgate = std::abs(dgate);
+        gr.dz[ip + pp] = go * (y[pp] + skip) * dgate;
       }
       dy[pp] = go * gate;
       if (has_D) {
@@ -101,7 +103,8 @@ void epilogue_token(const Inputs& in, int64_t h, int64_t ip, const std::vector<d
 }
 
 void finish(const Params& p, const Inputs& in, const std::vector<double>& ddelta,
-            const std::vector<double>& dA_part, const std::vector<double>& dD_part, Grads& gr) {
+            const std::vector<double>& dA_part, const std::vector<double>& dD_part, Grads& gr,
+            BwdMutant m) {
   const int64_t Bn = in.batch, T = in.seqlen, H = in.nheads, P = in.headdim;
   const bool has_D = !in.D.empty();
   const bool D_per_p = static_cast<int64_t>(in.D.size()) == H * P;
@@ -120,9 +123,9 @@ void finish(const Params& p, const Inputs& in, const std::vector<double>& ddelta
     double dv = 1.0, s = v;
     if (p.dt_softplus && v <= 20.0) {
       s = std::log1p(std::exp(v));
-      dv = sigmoid(v);
+      dv = m == BwdMutant::dt_grad_ignores_softplus ? 1.0 : sigmoid(v);
     }
-    const bool clamped = s < p.dt_min || s > p.dt_max;
+    const bool clamped = m != BwdMutant::dt_grad_ignores_clamp && (s < p.dt_min || s > p.dt_max);
     gr.ddt[i] = clamped ? 0.0 : ddelta[i] * dv;
   }
   if (!in.dt_bias.empty())
@@ -131,9 +134,14 @@ void finish(const Params& p, const Inputs& in, const std::vector<double>& ddelta
 
 }  // namespace detail
 
-Grads backward_recurrent(const Params& p, const Inputs& in, const std::vector<double>& dout,
-                         const std::vector<double>& dfinal_states,
-                         const std::vector<double>& dvarlen_states) {
+namespace {
+
+// magnitude = false: the adjoint (backward_recurrent). magnitude = true: the bound form
+// (backward_bound), called with absolute-valued inputs and upstream gradients; the only other
+// differences are |A| where A multiplies and the gate's |silu|, |silu'|.
+Grads recurrent_adjoint(const Params& p, const Inputs& in, const std::vector<double>& dout,
+                        const std::vector<double>& dfinal_states,
+                        const std::vector<double>& dvarlen_states, bool magnitude) {
   validate(p, in);
   const int64_t Bn = in.batch, T = in.seqlen, H = in.nheads, P = in.headdim, G = in.ngroups,
                 N = in.dstate, Q = p.chunk_size;
@@ -142,6 +150,8 @@ Grads backward_recurrent(const Params& p, const Inputs& in, const std::vector<do
 
   const std::vector<double> delta = process_dt(p, in);
   const bool has_D = !in.D.empty(), has_z = !in.z.empty(), has_h0 = !in.initial_states.empty();
+  // The prefactor of dDelta's decay term (A, or |A| for the bound; the decays keep A).
+  auto a_factor = [&](int64_t h) { return magnitude ? std::abs(in.A[h]) : in.A[h]; };
 
   Grads gr = detail::zero_grads(in);
 
@@ -223,7 +233,7 @@ Grads backward_recurrent(const Params& p, const Inputs& in, const std::vector<do
               yt[pp] = acc;
             }
           detail::epilogue_token(in, h, ip, dout, yt.data(), dy.data(), gr,
-                                 has_D ? &dD_part[bh * P] : nullptr);
+                                 has_D ? &dD_part[bh * P] : nullptr, magnitude);
           for (int64_t pp = 0; pp < P; ++pp)
             for (int64_t n = 0; n < N; ++n) {
               dS[pp * N + n] += dy[pp] * Ct[n];
@@ -242,7 +252,7 @@ Grads backward_recurrent(const Params& p, const Inputs& in, const std::vector<do
             }
             dxt[pp] += dl * accx;
           }
-          ddl += ddecay * decay * A;
+          ddl += ddecay * decay * a_factor(h);
           dA_part[bh] += ddecay * decay * dl;
           ddelta[(b * T + t) * H + h] = ddl;
           if (rs)
@@ -257,6 +267,40 @@ Grads backward_recurrent(const Params& p, const Inputs& in, const std::vector<do
 
   detail::finish(p, in, ddelta, dA_part, dD_part, gr);
   return gr;
+}
+
+std::vector<double> abs_of(std::vector<double> v) {
+  for (double& e : v) e = std::abs(e);
+  return v;
+}
+
+}  // namespace
+
+std::string_view bwd_mutant_name(BwdMutant m) {
+  switch (m) {
+    case BwdMutant::none: return "none";
+    case BwdMutant::adjoint_no_decay: return "bwd_adjoint_no_decay";
+    case BwdMutant::no_adjoint_carry: return "bwd_no_adjoint_carry";
+    case BwdMutant::adjoint_crosses_reset: return "bwd_adjoint_crosses_reset";
+    case BwdMutant::dt_grad_ignores_clamp: return "bwd_dt_grad_ignores_clamp";
+    case BwdMutant::dt_grad_ignores_softplus: return "bwd_dt_grad_ignores_softplus";
+  }
+  return "?";
+}
+
+Grads backward_recurrent(const Params& p, const Inputs& in, const std::vector<double>& dout,
+                         const std::vector<double>& dfinal_states,
+                         const std::vector<double>& dvarlen_states) {
+  return recurrent_adjoint(p, in, dout, dfinal_states, dvarlen_states, false);
+}
+
+Grads backward_bound(const Params& p, const Inputs& in, const std::vector<double>& dout,
+                     const std::vector<double>& dfinal_states,
+                     const std::vector<double>& dvarlen_states) {
+  Inputs a = in;
+  a.x = abs_of(in.x), a.B = abs_of(in.B), a.C = abs_of(in.C), a.D = abs_of(in.D);
+  a.initial_states = abs_of(in.initial_states);
+  return recurrent_adjoint(p, a, abs_of(dout), abs_of(dfinal_states), abs_of(dvarlen_states), true);
 }
 
 }  // namespace assay::ssd

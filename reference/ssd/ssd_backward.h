@@ -45,6 +45,8 @@
 // reverse pass (memory O((T/Q + Q) P N) per (b, h)); the recomputation repeats the forward's
 // operations in the same order, so the recomputed states are bit-identical.
 #pragma once
+#include <optional>
+#include <string_view>
 #include <vector>
 
 #include "reference/ssd/ssd.h"
@@ -61,7 +63,28 @@ struct Grads {
   std::vector<double> dz;               // [B,T,H,P]; empty without z
   std::vector<double> ddt_bias;         // [H]; empty without dt_bias
   std::vector<double> dinitial_states;  // [B,H,P,N]; empty without initial_states
+  // backward_chunked only (empty from backward_recurrent): dstates [B, NC, H, P, N], the adjoint
+  // of the chunk-start state S_start(c) (dL/dS_start(c), the kernels' `dstates` after
+  // state_passing_bwd; c = 0 is dinitial_states' value), for bisection to the first bad chunk.
+  std::vector<double> dstates;
 };
+
+// Deliberate bugs of the backward, for the calibration kill matrix (fixtures/ssd.cpp variants).
+// Never used to produce goldens. The first three act on backward_chunked's adjoint carry, the
+// last two on the dt chain both forms share.
+enum class BwdMutant {
+  none,
+  adjoint_no_decay,          // dS_start(c) += dS_end(c) without exp(Acum_{Qc-1})
+  no_adjoint_carry,          // a chunk boundary drops the carried adjoint (no dS_end term)
+  adjoint_crosses_reset,     // the [seq_end == seq_prev] mask ignored: the adjoint of the next
+                             // sequence flows into the previous one across a packed reset
+  dt_grad_ignores_clamp,     // ddt not zeroed where the clamp changed the value
+  dt_grad_ignores_softplus,  // ddt = dDelta without the softplus derivative sigmoid(v)
+};
+std::string_view bwd_mutant_name(BwdMutant m);
+inline constexpr BwdMutant kAllBwdMutants[] = {
+    BwdMutant::adjoint_no_decay, BwdMutant::no_adjoint_carry, BwdMutant::adjoint_crosses_reset,
+    BwdMutant::dt_grad_ignores_clamp, BwdMutant::dt_grad_ignores_softplus};
 
 // Reverse-mode gradients of L = <dout, out> + <dfinal_states, final_states>
 // (+ <dvarlen_states, varlen_states> with cu_seqlens) through ssd::recurrence(p, in).
@@ -102,8 +125,35 @@ Grads backward_recurrent(const Params& p, const Inputs& in, const std::vector<do
 //       (reverse cumsum), dDelta_k += A_h da_k, dA_h += Delta_k da_k.
 // Then D, z and the dt chain (bias, softplus, clamp) as backward_recurrent (shared helpers).
 // Agrees with backward_recurrent to ~1e-15 relative (tests: <= kFormTolerance = 1e-12).
+//
+// Options (calibration only; the defaults are the oracle):
+//   mutant  one BwdMutant;
+//   io      an emulation of the upstream backward's PRECISION at the level of the tensors its
+//           kernels hand each other in x.dtype (`_mamba_chunk_scan_combined_bwd`): the gated
+//           upstream gradient dy = dout (.) silu(z) (the dz kernel's `dout` output, only with z),
+//           the chunk-start states `states` and the adjoint `dstates` that state_passing_bwd
+//           returns in x.dtype for the later GEMMs (dC, dx, dB, ddA), are rounded to `io`; the
+//           adjoint carried between chunks stays exact (fp32 there); gradients are returned in
+//           fp64 (the caller rounds them to their dtypes). Never a golden.
+struct ChunkedBackwardOptions {
+  BwdMutant mutant = BwdMutant::none;
+  std::optional<DType> io;
+};
 Grads backward_chunked(const Params& p, const Inputs& in, const std::vector<double>& dout,
                        const std::vector<double>& dfinal_states = {},
-                       const std::vector<double>& dvarlen_states = {});
+                       const std::vector<double>& dvarlen_states = {},
+                       const ChunkedBackwardOptions& opt = {});
+
+// Error-bound magnitudes of every gradient (the backward analogue of ssd.h "Bounds"): for each
+// gradient element, the sum of the absolute values of the elementary products the exact
+// gradient is a sum of. Computed by the recurrent adjoint run on |x|, |B|, |C|, |D|,
+// |initial_states|, |dout|, |dfinal_states|, |dvarlen_states| with the decays exp(Delta A) and
+// the dt chain factors (sigmoid, clamp mask) unchanged, |A| where A multiplies (dDelta's decay
+// term), and |silu(z)|, |silu'(z)| in the gate; so a kernel that keeps O(1) roundings of unit
+// roundoff u per product has |err| <= c * u * bound. Same fields and shapes as Grads (dstates
+// empty).
+Grads backward_bound(const Params& p, const Inputs& in, const std::vector<double>& dout,
+                     const std::vector<double>& dfinal_states = {},
+                     const std::vector<double>& dvarlen_states = {});
 
 }  // namespace assay::ssd

@@ -21,7 +21,8 @@ using detail::RowMat;
 
 Grads backward_chunked(const Params& p, const Inputs& in, const std::vector<double>& dout,
                        const std::vector<double>& dfinal_states,
-                       const std::vector<double>& dvarlen_states) {
+                       const std::vector<double>& dvarlen_states,
+                       const ChunkedBackwardOptions& opt) {
   validate(p, in);
   detail::check_upstream(in, dout, dfinal_states, dvarlen_states);
   const int64_t Bn = in.batch, T = in.seqlen, H = in.nheads, P = in.headdim, G = in.ngroups,
@@ -48,6 +49,15 @@ Grads backward_chunked(const Params& p, const Inputs& in, const std::vector<doub
   std::vector<double> ddelta(Bn * T * H, 0.0);
   std::vector<double> dA_part(Bn * H, 0.0);
   std::vector<double> dD_part(has_D ? Bn * H * P : 0, 0.0);
+  gr.dstates.assign(Bn * NC * H * PN, 0.0);
+  const BwdMutant mut = opt.mutant;
+  // The emulation's roundings (opt.io): a copy of a tensor as the next kernel reads it.
+  auto io_copy = [&](const RowMat& m) {
+    RowMat r = m;
+    if (opt.io)
+      for (int64_t i = 0; i < r.size(); ++i) r.data()[i] = round_to(*opt.io, r.data()[i]);
+    return r;
+  };
 
   // Tasks (b, g) own disjoint slices of dB / dC and of the per-(b, h) gradients.
 #pragma omp parallel for schedule(static)
@@ -78,8 +88,9 @@ Grads backward_chunked(const Params& p, const Inputs& in, const std::vector<doub
         const CMap X(&in.x[((b * T + t0) * H + h) * P], Qc, P, Eigen::OuterStride<>(H * P));
         const CMap Bc(&in.B[((b * T + t0) * G + g) * N], Qc, N, Eigen::OuterStride<>(G * N));
         const CMap Cc(&in.C[((b * T + t0) * G + g) * N], Qc, N, Eigen::OuterStride<>(G * N));
-        const CMap Sst(&fwd.chunk_states[((b * NC + c) * H + h) * PN], P, N,
-                       Eigen::OuterStride<>(N));
+        const CMap Sst_exact(&fwd.chunk_states[((b * NC + c) * H + h) * PN], P, N,
+                             Eigen::OuterStride<>(N));
+        const RowMat Sst = io_copy(Sst_exact);  // `states` in x.dtype (emulation) or exact
         MMap dX(&gr.dx[((b * T + t0) * H + h) * P], Qc, P, Eigen::OuterStride<>(H * P));
         MMap dBm(&gr.dB[((b * T + t0) * G + g) * N], Qc, N, Eigen::OuterStride<>(G * N));
         MMap dCm(&gr.dC[((b * T + t0) * G + g) * N], Qc, N, Eigen::OuterStride<>(G * N));
@@ -91,6 +102,7 @@ Grads backward_chunked(const Params& p, const Inputs& in, const std::vector<doub
           detail::epilogue_token(in, h, ip, dout, &fwd.out[ip], &dY(l, 0), gr,
                                  has_D ? &dD_part[bh * P] : nullptr);
         }
+        if (!in.z.empty()) dY = io_copy(dY);  // the dz kernel hands dy on in dout's dtype
 
         std::vector<double> ddl(Qc, 0.0), dcum(Qc, 0.0);
         auto add_dseg = [&](int64_t l, int64_t s, double v) {  // seg(l,s) = cum_l - cum_s
@@ -143,13 +155,16 @@ Grads backward_chunked(const Params& p, const Inputs& in, const std::vector<doub
         {
           int64_t s0 = Qc - 1;  // the chunk's last sequence starts at s0
           while (s0 > 0 && sq[s0 - 1] == seq_end) --s0;
-          state_sum_bwd(Qc - 1, s0, dSE);
+          state_sum_bwd(Qc - 1, s0, io_copy(dSE));  // `dstates` in x.dtype (emulation)
         }
-        // 4. State passing backward (state_passing_bwd): the carried term.
-        if (seq_end == seq_prev) {
+        // 4. State passing backward (state_passing_bwd): the carried term (fp32 upstream).
+        if (seq_end == seq_prev || mut == BwdMutant::adjoint_crosses_reset) {
           const double e = std::exp(acum[Qc - 1]);
-          dS += e * dSE;
-          dcum[Qc - 1] += e * (dSE.cwiseProduct(Sst)).sum();
+          if (mut == BwdMutant::adjoint_no_decay)
+            dS += dSE;
+          else if (mut != BwdMutant::no_adjoint_carry)
+            dS += e * dSE;
+          dcum[Qc - 1] += e * (dSE.cwiseProduct(Sst_exact)).sum();
         }
         // 5. varlen_states of the sequences ending in this chunk (chunk_state_varlen).
         if (!dvarlen_states.empty())
@@ -174,6 +189,7 @@ Grads backward_chunked(const Params& p, const Inputs& in, const std::vector<doub
           dA_part[bh] += da * dl[k];
         }
         for (int64_t l = 0; l < Qc; ++l) ddelta[(b * T + t0 + l) * H + h] = ddl[l];
+        Eigen::Map<RowMat>(&gr.dstates[((b * NC + c) * H + h) * PN], P, N) = dS;
         dSE = dS;  // passed to chunk c-1
       }
       if (has_h0)
@@ -181,7 +197,7 @@ Grads backward_chunked(const Params& p, const Inputs& in, const std::vector<doub
     }
   }
 
-  detail::finish(p, in, ddelta, dA_part, dD_part, gr);
+  detail::finish(p, in, ddelta, dA_part, dD_part, gr, mut);
   return gr;
 }
 

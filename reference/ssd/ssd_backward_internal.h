@@ -24,12 +24,17 @@ std::vector<int64_t> seq_ending_at(const Inputs& in);
 // writes dy[P] = dout (.) silu(z) (the adjoint of y), sets dz[ip..] (with z), adds D dy to
 // dx[ip..] and dy (.) x to dD_row[P] (with D). `y` (the SSM output y_t, P values) is read only
 // with z.
+// magnitude: the bound form (backward_bound): |silu(z)| and |silu'(z)| (the inputs are already
+// absolute values there).
 void epilogue_token(const Inputs& in, int64_t h, int64_t ip, const std::vector<double>& dout,
-                    const double* y, double* dy, Grads& gr, double* dD_row);
+                    const double* y, double* dy, Grads& gr, double* dD_row,
+                    bool magnitude = false);
 
 // Final reductions: dA[h] = sum_b dA_part[b*H+h]; dD from dD_part [B,H,P] (D's shape); then the
 // dt chain (clamp, softplus, bias) from dDelta [B,T,H] to ddt and ddt_bias.
+// `m` = dt_grad_ignores_clamp / dt_grad_ignores_softplus plants that bug (calibration only).
 void finish(const Params& p, const Inputs& in, const std::vector<double>& ddelta,
-            const std::vector<double>& dA_part, const std::vector<double>& dD_part, Grads& gr);
+            const std::vector<double>& dA_part, const std::vector<double>& dD_part, Grads& gr,
+            BwdMutant m = BwdMutant::none);
 
 }  // namespace assay::ssd::detail

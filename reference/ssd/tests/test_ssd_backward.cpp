@@ -415,3 +415,127 @@ TEST_CASE("ssd backward: chunked form refuses malformed upstream gradients", "[c
   u = make_upstream(in, 22);
   REQUIRE_THROWS_AS(ssd::backward_chunked(p, in, u.dout, u.dfinal, {1.0}), InputError);
 }
+
+TEST_CASE("ssd backward: bounds dominate every gradient, are 0 where the clamp acts, and are tight without cancellation", "[cpu][L0]") {
+  // |g| <= bound elementwise (the bound is the sum of the absolute values of g's terms), and the
+  // bound equals |g| when no term can cancel: x, B, C, dout, dfinal >= 0, no z, no D, and A = 0
+  // (so the decay-chain term A ddecay vanishes and decays are 1).
+  Cfg c;
+  c.B = 2, c.T = 37, c.H = 4, c.P = 3, c.G = 2, c.N = 5;
+  c.D_per_p = true;
+  Params p = params(8);
+  p.dt_min = 0.15, p.dt_max = 1.0;
+  Inputs in = make_inputs(c);
+  in.seq_idx = make_seq_idx(c.B, c.T);
+  const Upstream u = make_upstream(in, 91);
+  const Grads g = ssd::backward_recurrent(p, in, u.dout, u.dfinal);
+  const Grads b = ssd::backward_bound(p, in, u.dout, u.dfinal);
+  auto dominated = [](const char* name, const std::vector<double>& gv, const std::vector<double>& bv) {
+    INFO(name);
+    REQUIRE(gv.size() == bv.size());
+    double worst = 0;
+    for (size_t i = 0; i < gv.size(); ++i) worst = std::max(worst, std::fabs(gv[i]) - bv[i] * (1 + 1e-12));
+    CHECK(worst <= 0.0);
+  };
+  dominated("dx", g.dx, b.dx), dominated("ddt", g.ddt, b.ddt), dominated("dA", g.dA, b.dA);
+  dominated("dB", g.dB, b.dB), dominated("dC", g.dC, b.dC), dominated("dD", g.dD, b.dD);
+  dominated("dz", g.dz, b.dz), dominated("ddt_bias", g.ddt_bias, b.ddt_bias);
+  dominated("dinitial_states", g.dinitial_states, b.dinitial_states);
+  const std::vector<double> delta = ssd::process_dt(p, in);
+  int clamped = 0;
+  for (size_t i = 0; i < delta.size(); ++i)
+    if (delta[i] == p.dt_min || delta[i] == p.dt_max) {
+      // (equality with a bound is a pass-through; strictly outside is the clamp acting)
+      double v = in.dt[i] + in.dt_bias[i % in.nheads];
+      const double s = std::log1p(std::exp(v));
+      if (s < p.dt_min || s > p.dt_max) {
+        ++clamped;
+        CHECK(b.ddt[i] == 0.0);
+        CHECK(g.ddt[i] == 0.0);
+      }
+    }
+  REQUIRE(clamped > 0);
+
+  // Tight: no cancellation possible.
+  Cfg t = c;
+  t.D = t.z = false;
+  Inputs ip = make_inputs(t);
+  for (auto* v : {&ip.x, &ip.B, &ip.C, &ip.initial_states})
+    for (double& e : *v) e = std::fabs(e);
+  std::fill(ip.A.begin(), ip.A.end(), -1e-300);  // (A < 0 is required; exp(Delta A) = 1)
+  Upstream up = make_upstream(ip, 92);
+  for (auto* v : {&up.dout, &up.dfinal})
+    for (double& e : *v) e = std::fabs(e);
+  const Params pp = params(8);
+  const Grads gp = ssd::backward_recurrent(pp, ip, up.dout, up.dfinal);
+  const Grads bp = ssd::backward_bound(pp, ip, up.dout, up.dfinal);
+  CHECK(agreement_rel(gp.dx, bp.dx) <= 1e-14);
+  CHECK(agreement_rel(gp.dB, bp.dB) <= 1e-14);
+  CHECK(agreement_rel(gp.dC, bp.dC) <= 1e-14);
+  CHECK(agreement_rel(gp.ddt, bp.ddt) <= 1e-14);
+  CHECK(agreement_rel(gp.dinitial_states, bp.dinitial_states) <= 1e-14);
+}
+
+TEST_CASE("ssd backward: dstates is the chunk-start adjoint (chunk 0 = dinitial_states; chunk c = the gradient of the state entering chunk c)", "[cpu][L0]") {
+  Cfg c;
+  c.B = 2, c.T = 50, c.H = 2, c.P = 3, c.G = 1, c.N = 4;
+  const Params p = params(16);
+  Inputs in = make_inputs(c);
+  const Upstream u = make_upstream(in, 93);
+  const Grads g = ssd::backward_chunked(p, in, u.dout, u.dfinal);
+  const int64_t NC = 4, PN = c.P * c.N;
+  REQUIRE(static_cast<int64_t>(g.dstates.size()) == c.B * NC * c.H * PN);
+  for (int64_t b = 0; b < c.B; ++b)
+    for (int64_t h = 0; h < c.H; ++h)
+      for (int64_t i = 0; i < PN; ++i)
+        CHECK(g.dstates[((b * NC + 0) * c.H + h) * PN + i] == g.dinitial_states[(b * c.H + h) * PN + i]);
+  // dstates of chunk c is the gradient of the loss w.r.t. the state entering chunk c: equal to
+  // dinitial_states of the same problem started at token cQ from that state.
+  const int64_t cs = 2, t0 = cs * 16;
+  Params pf = p;
+  pf.compute_bounds = false;
+  const auto fwd = ssd::chunked(pf, in);
+  Inputs tail = in;
+  tail.seqlen = c.T - t0;
+  auto slice = [&](const std::vector<double>& v, int64_t per_t) {
+    std::vector<double> r;
+    for (int64_t b = 0; b < c.B; ++b)
+      r.insert(r.end(), v.begin() + (b * c.T + t0) * per_t, v.begin() + (b * c.T + c.T) * per_t);
+    return r;
+  };
+  tail.x = slice(in.x, c.H * c.P), tail.dt = slice(in.dt, c.H), tail.B = slice(in.B, c.G * c.N);
+  tail.C = slice(in.C, c.G * c.N), tail.z = slice(in.z, c.H * c.P);
+  tail.initial_states.assign(c.B * c.H * PN, 0.0);
+  for (int64_t b = 0; b < c.B; ++b)
+    for (int64_t h = 0; h < c.H; ++h)
+      for (int64_t i = 0; i < PN; ++i)
+        tail.initial_states[(b * c.H + h) * PN + i] = fwd.chunk_states[((b * NC + cs) * c.H + h) * PN + i];
+  const Grads gt = ssd::backward_recurrent(p, tail, slice(u.dout, c.H * c.P), u.dfinal);
+  std::vector<double> ours;
+  for (int64_t b = 0; b < c.B; ++b)
+    for (int64_t h = 0; h < c.H; ++h)
+      ours.insert(ours.end(), g.dstates.begin() + ((b * NC + cs) * c.H + h) * PN,
+                  g.dstates.begin() + ((b * NC + cs) * c.H + h + 1) * PN);
+  CHECK(agreement_rel(ours, gt.dinitial_states) <= 1e-12);
+}
+
+TEST_CASE("ssd backward: every BwdMutant changes the gradients it targets, the io emulation stays near", "[cpu][L0]") {
+  Cfg c;
+  c.B = 1, c.T = 60, c.H = 2, c.P = 3, c.G = 1, c.N = 4;
+  Params p = params(16);
+  p.dt_min = 0.15, p.dt_max = 1.0;
+  Inputs in = make_inputs(c);
+  in.seq_idx = std::vector<int64_t>(c.T, 0);
+  for (int64_t t = 20; t < c.T; ++t) in.seq_idx[t] = 1;  // a reset inside chunk 1
+  const Upstream u = make_upstream(in, 94);
+  const Grads ref = ssd::backward_chunked(p, in, u.dout, u.dfinal);
+  for (const ssd::BwdMutant m : ssd::kAllBwdMutants) {
+    const Grads g = ssd::backward_chunked(p, in, u.dout, u.dfinal, {}, {m, std::nullopt});
+    INFO(ssd::bwd_mutant_name(m));
+    CHECK(agreement_rel(g.ddt, ref.ddt) > 1e-3);
+  }
+  const Grads e = ssd::backward_chunked(p, in, u.dout, u.dfinal, {}, {ssd::BwdMutant::none, DType::bf16});
+  const double d = agreement_rel(e.dx, ref.dx);
+  CHECK(d > 0.0);
+  CHECK(d < 0.05);
+}
