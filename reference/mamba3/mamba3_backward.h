@@ -1,6 +1,8 @@
 // Mamba-3 SISO backward (state-spaces/mamba mamba3_siso_combined's autograd backward), fp64 oracle:
 // the definitional reverse-mode adjoint of the token-by-token step recurrence mamba3::siso_step
-// (mamba3.h, mamba3_step.cpp), written by hand (no autodiff). MIMO is out of scope.
+// (mamba3.h, mamba3_step.cpp), written by hand (no autodiff): form (a), backward_siso_recurrent.
+// Form (b), backward_siso_chunked (below, mamba3_backward_chunked.cpp), is the chunked backward the
+// kernels run; the two agree to 1e-12 (tests/test_mamba3_backward.cpp). MIMO: mamba3_backward_mimo.h.
 //
 // Convention: exactly the forward's (mamba3.h spec 2.1-2.3, SISO = R 1, adjacent pairs (2i, 2i+1)):
 // the forward takes DT and ADT as given tensors (no dt_bias / softplus / clamp / A inside: those
@@ -57,6 +59,7 @@
 // the reverse pass with the forward's operations in the same order (memory O((T/Q + Q) P N) per
 // (sequence, head)); the angles are recomputed with the forward's compensated sum and reduction.
 #pragma once
+#include <cstdint>
 #include <vector>
 
 #include "reference/mamba3/mamba3.h"
@@ -72,6 +75,12 @@ struct SisoGrads {
   std::vector<double> dd;                       // [H] or empty
   std::vector<double> dz;                       // [B,T,H,P] or empty
   std::vector<double> dangle_state, dssm_state, dk_state, dv_state;  // like the input states or empty
+  // backward_siso_chunked only (empty from backward_siso_recurrent): the adjoint of the chunk-start
+  // state, for bisection. [NS,H,NCmax,P,N] with NCmax = dchunk_count = max over sequences of
+  // ceil(len/Q); entry c of sequence n is dL/dS_c, S_c the folded state entering chunk c (mamba3.h
+  // "Chunk start states"); chunks a sequence does not have (c >= ceil(len_n/Q)) are 0.
+  std::vector<double> dchunk_states;
+  int64_t dchunk_count = 0;
 };
 
 // Upstream gradients of the final states the forward returns (each empty = 0).
@@ -86,5 +95,46 @@ struct SisoFinalGrads {
 // malformed inputs (as the forward) and on wrongly sized or non-finite upstream gradients.
 SisoGrads backward_siso_recurrent(const SisoParams& p, const SisoInputs& in, const std::vector<double>& d_out,
                                   const SisoFinalGrads& dfinal = {});
+
+// ---- Form (b): the chunked backward (the kernels' algorithm), backward_siso_chunked ----
+// Same contract, inputs, upstream gradients and returned gradients as backward_siso_recurrent, plus
+// dchunk_states. The forward is recomputed by the chunked form (mamba3::siso_chunked: the folded
+// chunk-start states S_c and the pre-gate y); no step recurrence and no per-token state adjoint.
+// Per (sequence, head), chunk c of L tokens (local i, j; Q the chunk size), as siso_chunked:
+//   w_t = (1 - lam_t) DT_t (the shifted weight, applied to V_{t-1} k_{t-1}^T), gam_t = lam_t DT_t,
+//   sc_j = gam_j + w_{j+1} (w_{j+1} = 0 at the sequence end; it crosses chunk ends),
+//   seg(i, j) = sum_{m=j+1..i} ADT_m (summed directly), a_i = sum_{m<=i} ADT_m, E_i = exp(a_i),
+//   M_ij = exp(seg(i, j)) sc_j for i > j (else 0), A_ij = q_i . k_j (rotated),
+//   y_i = E_i S_c q_i + sum_j M_ij A_ij V_j + gam_i (qh_i . kh_i) V_i + D V_i   (diagonal unrotated)
+//   S_{c+1} = E_{L-1} S_c + sum_j W_j V_j k_j^T,  W_j = exp(seg(L-1, j)) sc_j
+//   S_0 = H_init + w_0 V_init k_init^T;   final_ssm = S_{nchunks}.
+// Reverse, chunks last first, dS = d_ssm (the adjoint of S_{c+1}) on entry to chunk c:
+//   dy = d_out silu(Z) (gate as form (a));  DV_ij = dy_i . V_j
+//   inter:  dq_i += E_i S_c^T dy_i;  dE_i = dy_i . (S_c q_i);  dS_c = sum_i E_i dy_i q_i^T
+//   intra:  dV_j += sum_i M_ij A_ij dy_i;  dA = M (.) DV;  dq += dA k;  dk += dA^T q;
+//           dM_ij = A_ij DV_ij -> dsc_j += dM_ij exp(seg(i, j)),  dseg(i, j) = dM_ij M_ij
+//   diag:   dgam_i += (qh_i . kh_i) DV_ii;  dqh_i += gam_i DV_ii kh_i;  dkh_i += gam_i DV_ii qh_i;
+//           dV_i += (gam_i qh_i . kh_i + D) dy_i;  dD += DV_ii
+//   state:  dS_c += E_{L-1} dS;  dE_{L-1} += <dS, S_c>;  dV_j += W_j dS k_j;  dk_j += W_j dS^T V_j;
+//           dW_j = V_j^T dS k_j -> dsc_j += dW_j exp(seg(L-1, j)),  dseg(L-1, j) += dW_j W_j
+//   decay:  dADT_m = sum_{i >= m} (dE_i E_i + sum_{j < m} dseg(i, j))   (every segment holding m)
+//   trap:   dgam_j += dsc_j;  dw_{j+1} += dsc_j   (for the last token of chunk c: token 0 of chunk
+//           c + 1, the shifted term's coefficient adjoint crossing the chunk boundary)
+//   carry:  dS <- dS_c (= dchunk_states[c]); it holds E_{L-1} dS: the chunk-total decay.
+// In the folded convention the shifted term's K/V carry (V_{t0-1} k_{t0-1}^T with the weight w_{t0}
+// of the next chunk's first token) is part of S_c, so its K/V adjoints are the state term's dV_j,
+// dk_j of the previous chunk's last token; only dS and dw_{t0} cross a chunk boundary. At the
+// sequence start: d ssm_state = dS_0, d v_state = w_0 dS_0 k_init, d k_state = w_0 dS_0^T V_init,
+// dw_0 += V_init^T dS_0 k_init; d_k / d_v seed dk / dV of the last token. A varlen sequence is its
+// own chunk grid, so nothing crosses its boundary; ADT = -inf gives exp(seg) = 0 on every segment
+// holding it (no -inf - -inf), so dS_c = 0 before it and its dADT = 0.
+// Per token: dlam = DT (dgam - dw), dTrap = dlam lam (1 - lam), dDT = lam dgam + (1 - lam) dw +
+// sum_s dtheta_s pi tanh(A_s); rotation adjoint of dq, dk as form (a), plus the diagonal's dqh, dkh
+// (unrotated, no angle term); dtheta_t = d_angle + sum_{t' >= t} dphi_{t'} summed chunk-locally
+// (suffix within the chunk plus the carried angle-state adjoint of the later chunks), which is
+// d angle_state at the sequence start. Work is parallel over (sequence, q/k group); dq / dk, the
+// biases and dD are summed in a fixed order (deterministic).
+SisoGrads backward_siso_chunked(const SisoParams& p, const SisoInputs& in, const std::vector<double>& d_out,
+                                const SisoFinalGrads& dfinal = {});
 
 }  // namespace assay::mamba3

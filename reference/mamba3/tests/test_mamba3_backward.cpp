@@ -3,10 +3,13 @@
 // (mamba3::siso_step), for every element of every differentiable input, on tiny shapes over
 // several configurations; plus exact isolation of varlen sequences (no gradient crosses a reset),
 // an empty sequence passing the final-state gradients through, a -inf ADT reset, and refusals.
+// Then form (b), the chunked backward (backward_siso_chunked), against form (a) at 1e-12 over a sweep
+// of chunk sizes and configurations, and its chunk-start adjoints (dchunk_states).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <iterator>
 #include <numbers>
 #include <string>
 #include <vector>
@@ -283,4 +286,291 @@ TEST_CASE("mamba3 siso backward: malformed upstream gradients and inputs are ref
   SisoInputs bad = in;
   bad.adt[0] = 0.1;  // ADT > 0: refused as by the forward
   REQUIRE_THROWS_AS(backward_siso_recurrent(p, bad, u.d_out, u.df), InputError);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Form (b): the chunked backward (backward_siso_chunked) against form (a) (backward_siso_recurrent)
+// on every gradient, agreement_rel <= kFormAgreement (1e-12), over a sweep of chunk sizes and
+// configurations; and the adjoint of the chunk-start states (dchunk_states).
+// ---------------------------------------------------------------------------------------------
+namespace {
+
+struct GradField {
+  const char* name;
+  std::vector<double> SisoGrads::*f;
+};
+const GradField kGradFields[] = {
+    {"dq", &SisoGrads::dq},
+    {"dk", &SisoGrads::dk},
+    {"dv", &SisoGrads::dv},
+    {"dadt", &SisoGrads::dadt},
+    {"ddt", &SisoGrads::ddt},
+    {"dtrap", &SisoGrads::dtrap},
+    {"dq_bias", &SisoGrads::dq_bias},
+    {"dk_bias", &SisoGrads::dk_bias},
+    {"dangles", &SisoGrads::dangles},
+    {"dd", &SisoGrads::dd},
+    {"dz", &SisoGrads::dz},
+    {"dangle_state", &SisoGrads::dangle_state},
+    {"dssm_state", &SisoGrads::dssm_state},
+    {"dk_state", &SisoGrads::dk_state},
+    {"dv_state", &SisoGrads::dv_state},
+};
+
+// Worst agreement per gradient over every comparison of the running test case.
+struct Worst {
+  std::vector<double> per = std::vector<double>(std::size(kGradFields), 0.0);
+  int64_t runs = 0, zero = 0;
+  void print(const char* title) const {
+    std::string line;
+    double all = 0;
+    for (size_t i = 0; i < per.size(); ++i) {
+      char buf[64];
+      std::snprintf(buf, sizeof buf, " %s=%.2e", kGradFields[i].name, per[i]);
+      line += buf;
+      all = std::max(all, per[i]);
+    }
+    std::printf("%s: %lld runs, worst agreement_rel %.2e;%s (%lld analytically zero gradients, both forms below "
+                "1e-13 of the largest gradient)\n",
+                title, static_cast<long long>(runs), all, line.c_str(), static_cast<long long>(zero));
+  }
+};
+
+double max_abs(const std::vector<double>& x) {
+  double m = 0;
+  for (double e : x) m = std::max(m, std::fabs(e));
+  return m;
+}
+
+// Both forms on one configuration: every gradient must agree to kFormAgreement, the shapes match,
+// and (b) never produces a non-finite value. Returns the worst agreement. One exception: a gradient
+// that is analytically zero (e.g. dangles at T = 1 without states or final-state gradients: rotating
+// q and k by the same angle leaves q . k unchanged) is rounding noise in form (a) (~1e-17) and
+// exactly 0 in form (b) (unrotated diagonal), so agreement_rel is meaningless there; it is judged
+// by both forms being below 1e-13 of the largest gradient.
+double compare_forms(const std::string& label, const SisoParams& p, const SisoInputs& in, const Upstream& u,
+                     Worst& worst) {
+  const SisoGrads a = backward_siso_recurrent(p, in, u.d_out, u.df);
+  const SisoGrads b = backward_siso_chunked(p, in, u.d_out, u.df);
+  double scale = 0, w = 0;
+  for (const auto& fld : kGradFields) scale = std::max(scale, max_abs(a.*(fld.f)));
+  for (size_t i = 0; i < std::size(kGradFields); ++i) {
+    const auto& fa = a.*(kGradFields[i].f);
+    const auto& fb = b.*(kGradFields[i].f);
+    INFO(label << " gradient " << kGradFields[i].name);
+    REQUIRE(fa.size() == fb.size());
+    for (double e : fb) REQUIRE(std::isfinite(e));
+    if (!fa.empty() && max_abs(fa) <= 1e-13 * scale) {
+      CHECK(max_abs(fb) <= 1e-13 * scale);
+      ++worst.zero;
+      continue;
+    }
+    const double r = agreement_rel(fb, fa);
+    CHECK(r <= kFormAgreement);
+    worst.per[i] = std::max(worst.per[i], r);
+    w = std::max(w, r);
+  }
+  ++worst.runs;
+  return w;
+}
+
+void set_adt(const SisoParams& p, SisoInputs& in, int64_t b, int64_t h, int64_t t, double v) {
+  in.adt[(b * p.H + h) * p.T + t] = v;
+}
+
+}  // namespace
+
+TEST_CASE("mamba3 siso backward: chunked form (b) agrees with the recurrent form (a)", "[cpu][L0]") {
+  Worst worst;
+  struct Cfg {
+    const char* name;
+    SisoParams p;
+    std::vector<int64_t> qs;   // chunk sizes (0 = T)
+    bool resets = false;       // ADT = -inf at a few tokens, mid-chunk and at a chunk start
+  };
+  auto mk = [](int64_t B, int64_t T, int64_t H, int64_t G, int64_t N, int64_t P, int64_t S,
+               std::vector<int64_t> cu = {}) {
+    SisoParams p = base(B, T, H, G, N, P, S, 1);
+    p.cu_seqlens = std::move(cu);
+    return p;
+  };
+  const std::vector<int64_t> allq = {1, 2, 3, 16, 64, 0};
+  const std::vector<Cfg> cfgs = {
+      // T = 37: not a multiple of 2, 3, 16; 64 > T; Q = T. Partial rotation S = 3 < N/2 = 4.
+      {"B=2 T=37 H=2 G=1 N=8 P=5 S=3", mk(2, 37, 2, 1, 8, 5, 3), allq},
+      // GQA (G < H), full rotation S = N/2.
+      {"B=1 T=20 H=4 G=2 N=4 P=3 S=2", mk(1, 20, 4, 2, 4, 3, 2), allq},
+      // T = 1.
+      {"B=2 T=1 H=2 G=1 N=6 P=2 S=2", mk(2, 1, 2, 1, 6, 2, 2), {1, 2, 16, 64}},
+      // No rotation (S = 0): the input states are absent (S = 0 empties the angle state).
+      {"B=1 T=19 H=2 G=2 N=4 P=3 S=0", mk(1, 19, 2, 2, 4, 3, 0), {1, 3, 16, 0}},
+      // Varlen (B = 1): a leading and a middle empty sequence, boundaries mid-chunk (5, 22 with Q = 16).
+      {"varlen {0,0,5,5,22,40} H=2 G=1 N=6 P=4 S=2", mk(1, 40, 2, 1, 6, 4, 2, {0, 0, 5, 5, 22, 40}), allq},
+      // ADT = -inf resets (alpha = 0) at tokens 0, 6 (mid-chunk for Q = 16), 16 (a chunk start), 35.
+      {"resets B=2 T=37 H=2 G=1 N=8 P=5 S=3", mk(2, 37, 2, 1, 8, 5, 3), allq, true},
+      // Longer, full rotation (S = N/2), several chunks of the kernels' sizes.
+      {"B=1 T=300 H=2 G=1 N=16 P=8 S=8", mk(1, 300, 2, 1, 16, 8, 8), {16, 64, 0}},
+      // Resets inside a varlen sequence ([3, 30): its first token, local tokens 9 and 17).
+      {"resets varlen {0,3,3,30} H=2 G=1 N=6 P=3 S=1", mk(1, 30, 2, 1, 6, 3, 1, {0, 3, 3, 30}), {1, 2, 3, 16, 0},
+       true},
+  };
+  uint64_t seed = 100;
+  for (const Cfg& cfg : cfgs) {
+    for (int64_t q0 : cfg.qs) {
+      for (int mode = 0; mode < 8; ++mode) {  // bit 0 D, bit 1 Z, bit 2 input states
+        SisoParams p = cfg.p;
+        p.chunk_size = q0 == 0 ? p.T : q0;
+        const Opts o{.d = (mode & 1) != 0, .z = (mode & 2) != 0, .states = (mode & 4) != 0 && p.S > 0};
+        if ((mode & 4) && p.S == 0) continue;
+        SisoInputs in = make_inputs(p, ++seed, o);
+        if (cfg.resets) {
+          if (p.cu_seqlens.empty()) {
+            set_adt(p, in, 0, 0, 0, -INFINITY);
+            set_adt(p, in, 0, 1, 6, -INFINITY);
+            set_adt(p, in, 1, 0, 16, -INFINITY);
+            set_adt(p, in, 1, 1, 35, -INFINITY);
+            set_adt(p, in, 0, 0, 6, -INFINITY);
+          } else {
+            set_adt(p, in, 0, 0, 3 + 9, -INFINITY);
+            set_adt(p, in, 0, 1, 3, -INFINITY);
+            set_adt(p, in, 0, 1, 20, -INFINITY);
+          }
+        }
+        // Full final-state gradients, or d_out only (mode 0 and 5 of each chunk size).
+        const unsigned mask = (mode == 0 || mode == 5) ? 0u : 0xFu;
+        const Upstream u = make_upstream(p, ++seed, mask);
+        const std::string label = std::string(cfg.name) + " Q=" + std::to_string(p.chunk_size) +
+                                  " D=" + std::to_string(o.d) + " Z=" + std::to_string(o.z) +
+                                  " states=" + std::to_string(o.states) + " final grads=" + std::to_string(mask != 0);
+        compare_forms(label, p, in, u, worst);
+      }
+    }
+  }
+  worst.print("mamba3 siso backward chunked vs recurrent");
+}
+
+TEST_CASE("mamba3 siso backward: chunked form (b), adjoint of the chunk-start states", "[cpu][L0]") {
+  // Layout [NS, H, NCmax, P, N]; the adjoint at chunk 0 of every non-empty sequence is exactly the
+  // initial SSM state's gradient; chunks a sequence does not have are 0.
+  SisoParams p = base(1, 40, 2, 1, 6, 4, 2, 8);
+  p.cu_seqlens = {0, 0, 5, 5, 22, 40};
+  const SisoInputs in = make_inputs(p, 300, {.d = true, .z = true, .states = true});
+  const Upstream u = make_upstream(p, 301);
+  const SisoGrads g = backward_siso_chunked(p, in, u.d_out, u.df);
+  {  // deterministic (parallel over (sequence, group), fixed summation order): bitwise repeatable
+    const SisoGrads g2 = backward_siso_chunked(p, in, u.d_out, u.df);
+    for (const auto& fld : kGradFields) CHECK(g.*(fld.f) == g2.*(fld.f));
+    CHECK(g.dchunk_states == g2.dchunk_states);
+  }
+  const int64_t NS = 5, H = p.H, PN = p.P * p.N;
+  REQUIRE(g.dchunk_count == 3);  // ceil(18 / 8)
+  REQUIRE(static_cast<int64_t>(g.dchunk_states.size()) == NS * H * 3 * PN);
+  for (int64_t n = 0; n < NS; ++n) {
+    const int64_t len = p.cu_seqlens[n + 1] - p.cu_seqlens[n], nc = (len + 7) / 8;
+    INFO("sequence " << n << " len " << len);
+    for (int64_t h = 0; h < H; ++h) {
+      for (int64_t c = 0; c < 3; ++c) {
+        const double* ds = &g.dchunk_states[((n * H + h) * 3 + c) * PN];
+        const double* d0 = &g.dssm_state[(n * H + h) * PN];
+        double mx = 0;
+        for (int64_t i = 0; i < PN; ++i) mx = std::max(mx, std::fabs(ds[i]));
+        if (c >= nc) {
+          CHECK(mx == 0.0);
+        } else {
+          CHECK(mx > 0.0);
+          if (c == 0)
+            for (int64_t i = 0; i < PN; ++i) CHECK(ds[i] == d0[i]);
+        }
+      }
+    }
+  }
+
+  // Every chunk-start adjoint against form (a) on the suffix problem: for chunk c (first token t0),
+  // run the step forward on tokens [0, t0) and restart from its final states at t0. The suffix
+  // problem's folded start state is S_c, so form (a)'s d ssm_state there is dL/dS_c.
+  Worst worst;
+  for (int64_t Q : {3, 7, 16}) {
+    const SisoParams pf = base(1, 37, 2, 2, 8, 5, 3, Q);
+    SisoInputs in0 = make_inputs(pf, 310 + Q, {.d = true, .z = true, .states = true});
+    // A reset at the first token of chunk c_r on head 1: the adjoint of that chunk's start state is 0.
+    const int64_t t_r = Q == 16 ? 16 : 21, c_r = t_r / Q;
+    set_adt(pf, in0, 0, 1, t_r, -INFINITY);
+    const Upstream u0 = make_upstream(pf, 320 + Q);
+    const SisoGrads gb = backward_siso_chunked(pf, in0, u0.d_out, u0.df);
+    const int64_t nch = (pf.T + Q - 1) / Q, PN5 = pf.P * pf.N, H5 = pf.H, G5 = pf.G, N5 = pf.N, P5 = pf.P;
+    REQUIRE(gb.dchunk_count == nch);
+    double worst_c = 0;
+    for (int64_t c = 1; c < nch; ++c) {
+      const int64_t t0 = c * Q, T2 = pf.T - t0;
+      SisoParams pa = pf, ps = pf;
+      pa.T = t0;
+      ps.T = T2;
+      // Tokens [from, from + cnt) of a (B = 1, T, ...) tensor with `row` values per token.
+      auto slice = [](const std::vector<double>& x, int64_t row, int64_t from, int64_t cnt) {
+        return std::vector<double>(x.begin() + from * row, x.begin() + (from + cnt) * row);
+      };
+      auto slice_bht = [&](const std::vector<double>& x, int64_t from, int64_t cnt) {
+        std::vector<double> y;
+        for (int64_t h = 0; h < H5; ++h)
+          y.insert(y.end(), x.begin() + h * pf.T + from, x.begin() + h * pf.T + from + cnt);
+        return y;
+      };
+      auto split = [&](int64_t from, int64_t cnt) {
+        SisoInputs s = in0;
+        s.q = slice(in0.q, G5 * N5, from, cnt);
+        s.k = slice(in0.k, G5 * N5, from, cnt);
+        s.v = slice(in0.v, H5 * P5, from, cnt);
+        s.z = slice(in0.z, H5 * P5, from, cnt);
+        s.angles = slice(in0.angles, H5 * pf.S, from, cnt);
+        s.adt = slice_bht(in0.adt, from, cnt);
+        s.dt = slice_bht(in0.dt, from, cnt);
+        s.trap = slice_bht(in0.trap, from, cnt);
+        return s;
+      };
+      const SisoInputs ia = split(0, t0);
+      const Result ra = siso_step(pa, ia);
+      SisoInputs is = split(t0, T2);
+      is.angle_state = ra.final_angle;
+      is.ssm_state = ra.final_ssm;
+      is.k_state = ra.final_k;
+      is.v_state = ra.final_v;
+      Upstream us = u0;
+      us.d_out = slice(u0.d_out, H5 * P5, t0, T2);
+      const SisoGrads gs = backward_siso_recurrent(ps, is, us.d_out, us.df);
+      for (int64_t h = 0; h < H5; ++h) {
+        const std::vector<double> dc(gb.dchunk_states.begin() + (h * nch + c) * PN5,
+                                     gb.dchunk_states.begin() + (h * nch + c + 1) * PN5);
+        const std::vector<double> ds(gs.dssm_state.begin() + h * PN5, gs.dssm_state.begin() + (h + 1) * PN5);
+        INFO("Q=" << Q << " chunk " << c << " head " << h);
+        const double r = agreement_rel(dc, ds);
+        CHECK(r <= kFormAgreement);
+        worst_c = std::max(worst_c, r);
+        if (h == 1 && c == c_r) {
+          for (double e : dc) CHECK(e == 0.0);
+        } else {
+          CHECK(max_abs(dc) > 1e-3);
+        }
+      }
+    }
+    std::printf("mamba3 siso backward chunked: dchunk_states vs recurrent suffix d ssm_state, Q=%lld: worst %.2e\n",
+                static_cast<long long>(Q), worst_c);
+  }
+}
+
+TEST_CASE("mamba3 siso backward: chunked form (b) refuses malformed upstream gradients", "[cpu][L0]") {
+  const SisoParams p = base(2, 3, 1, 1, 4, 2, 2, 2);
+  const SisoInputs in = make_inputs(p, 40, {.d = true, .z = true, .states = true});
+  Upstream u = make_upstream(p, 41);
+  u.d_out.pop_back();
+  REQUIRE_THROWS_AS(backward_siso_chunked(p, in, u.d_out, u.df), InputError);
+  u = make_upstream(p, 41);
+  u.df.d_v.pop_back();
+  REQUIRE_THROWS_AS(backward_siso_chunked(p, in, u.d_out, u.df), InputError);
+  u = make_upstream(p, 41);
+  u.df.d_angle[0] = INFINITY;
+  REQUIRE_THROWS_AS(backward_siso_chunked(p, in, u.d_out, u.df), InputError);
+  u = make_upstream(p, 41);
+  SisoInputs bad = in;
+  bad.dt[1] = -0.5;  // DT < 0: refused as by the forward
+  REQUIRE_THROWS_AS(backward_siso_chunked(p, bad, u.d_out, u.df), InputError);
 }

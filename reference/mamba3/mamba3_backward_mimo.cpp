@@ -1,0 +1,375 @@
+// Mamba-3 MIMO backward oracle: see mamba3_backward_mimo.h for the contract and the adjoint equations.
+#include "reference/mamba3/mamba3_backward_mimo.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "reference/core/check.h"
+#include "reference/mamba3/mamba3_internal.h"
+
+namespace assay::mamba3 {
+
+namespace {
+
+using detail::kPi;
+using detail::Pairing;
+using detail::Problem;
+
+double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+
+void check_upstream(const std::vector<double>& x, int64_t n, bool allow_empty, const char* name) {
+  ASSAY_INPUT_CHECK((allow_empty && x.empty()) || static_cast<int64_t>(x.size()) == n,
+                    "mamba3 mimo backward: {} has {} values, expected {}{}", name, x.size(), n,
+                    allow_empty ? " or none" : "");
+  for (double e : x) ASSAY_INPUT_CHECK(std::isfinite(e), "mamba3 mimo backward: {} not finite", name);
+}
+
+// The two dims of rotation pair i.
+void pair_of(const Problem& pb, int64_t i, int64_t& a, int64_t& b) {
+  if (pb.pairing == Pairing::adjacent) {
+    a = 2 * i;
+    b = 2 * i + 1;
+  } else {
+    a = i;
+    b = i + pb.N / 2;
+  }
+}
+
+// x <- Rot(phi) x (length N), the forward's operations in the same order.
+void rotate(const Problem& pb, const double* phi, double* x) {
+  for (int64_t i = 0; i < pb.S; ++i) {
+    int64_t a, b;
+    pair_of(pb, i, a, b);
+    const double c = std::cos(phi[i]), s = std::sin(phi[i]);
+    const double u = x[a], w = x[b];
+    x[a] = u * c - w * s;
+    x[b] = u * s + w * c;
+  }
+}
+
+// Adjoint of x = Rot(phi) xh, in place: dx (of the rotated x) -> dxh; dphi += dx_b x_a - dx_a x_b.
+void rotate_adjoint(const Problem& pb, const double* phi, const double* x, double* dx, double* dphi) {
+  for (int64_t i = 0; i < pb.S; ++i) {
+    int64_t a, b;
+    pair_of(pb, i, a, b);
+    const double c = std::cos(phi[i]), s = std::sin(phi[i]);
+    const double da = dx[a], db = dx[b];
+    dphi[i] += db * x[a] - da * x[b];
+    dx[a] = da * c + db * s;
+    dx[b] = -da * s + db * c;
+  }
+}
+
+// H <- alpha H + beta sum_r vprev_r kprev_r^T + gamma sum_r v_r k_r^T (mamba3_step.cpp's order).
+void state_update(double* Hs, int64_t P, int64_t N, int64_t R, double alpha, double beta, double gamma,
+                  const double* vprev, const double* kprev, const double* v, const double* k) {
+  for (int64_t p = 0; p < P; ++p)
+    for (int64_t j = 0; j < N; ++j) {
+      double prev = 0, cur = 0;
+      for (int64_t r = 0; r < R; ++r) {
+        prev += vprev[r * P + p] * kprev[r * N + j];
+        cur += v[r * P + p] * k[r * N + j];
+      }
+      Hs[p * N + j] = alpha * Hs[p * N + j] + beta * prev + gamma * cur;
+    }
+}
+
+// One (sequence, head): forward with checkpoints, then the reverse sweep. Writes only this
+// (sequence, head)'s slices, except the tensors shared by several (sequence, head) runs (dq / dk over
+// the heads of a group; the per-head parameters over sequences), which the caller serialises.
+void run_one(const Problem& pb, int64_t n, int64_t h, const std::vector<double>& d_out, const MimoFinalGrads& df,
+             MimoGrads& gr) {
+  const int64_t N = pb.N, P = pb.P, R = pb.R, S = pb.S, PN = P * N, RN = R * N, RP = R * P, Q = pb.chunk;
+  const int64_t b = pb.seq_row[n], t0 = pb.seq_start[n], len = pb.seq_len[n];
+  const int64_t g = h / (pb.H / pb.G);
+  const bool st = pb.init_ssm != nullptr;
+  const double Dh = pb.d ? pb.d[h] : 0.0;
+  const double* psi = pb.psi + pb.ihr(h, 0) * P;  // [R,P] of head h
+  const double* zeta = pb.zeta ? pb.zeta + pb.ihr(h, 0) * P : nullptr;
+  const double* phiw = pb.phi ? pb.phi + pb.ihr(h, 0) * P : nullptr;
+  const double* nw = pb.norm_w ? pb.norm_w + h * P : nullptr;
+  auto Vp = [&](int64_t tl) { return pb.v + pb.iv(b, t0 + tl, h); };  // raw V of token tl
+  auto ix = [&](int64_t tl) { return pb.ibht(b, h, t0 + tl); };
+  struct Coef {
+    double lam, alpha, beta, gamma;
+  };
+  auto coef = [&](int64_t tl) {
+    const double dtv = pb.dt[ix(tl)];
+    Coef c;
+    c.lam = sigmoid(pb.trap[ix(tl)]);
+    c.alpha = std::exp(pb.adt[ix(tl)]);
+    c.beta = (1.0 - c.lam) * dtv * c.alpha;
+    c.gamma = c.lam * dtv;
+    return c;
+  };
+
+  // Initial states (or zeros).
+  std::vector<double> phi0(S, 0.0), H0(PN, 0.0), k0(RN, 0.0), v0(P, 0.0);
+  if (st) {
+    std::copy_n(pb.init_angle + pb.ist_angle(n, h), S, phi0.begin());
+    std::copy_n(pb.init_ssm + pb.ist_ssm(n, h), PN, H0.begin());
+    for (int64_t r = 0; r < R; ++r) std::copy_n(pb.init_k + pb.ist_k(n, r, h), N, k0.begin() + r * N);
+    std::copy_n(pb.init_v + pb.ist_v(n, h), P, v0.begin());
+  }
+  auto kprev_of = [&](const std::vector<double>& kr, int64_t tl) { return tl == 0 ? k0.data() : &kr[(tl - 1) * RN]; };
+  auto vprev_raw = [&](int64_t tl) { return tl == 0 ? v0.data() : Vp(tl - 1); };
+  // v_{.,r} = V (.) Psi_r of a raw V, into out [R,P].
+  auto up_v = [&](const double* V, double* out) {
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t p = 0; p < P; ++p) out[r * P + p] = V[p] * psi[r * P + p];
+  };
+
+  // Forward: per-token reduced angles (the forward's compensated sum and reduction), rotated q / k,
+  // and the checkpoint H_{c*Q - 1} entering every chunk c of Q tokens.
+  std::vector<double> phi(len * S), qr(len * RN), kr(len * RN);
+  const int64_t nchunks = (len + Q - 1) / Q;
+  std::vector<double> ck(nchunks * PN);
+  std::vector<double> vcur(RP), vprev(RP);
+  {
+    std::vector<double> acc_hi(phi0), acc_lo(S, 0.0), Hs(H0);
+    for (int64_t tl = 0; tl < len; ++tl) {
+      const int64_t t = t0 + tl;
+      const double dtv = pb.dt[ix(tl)];
+      for (int64_t s = 0; s < S; ++s) {
+        const double th = kPi * std::tanh(pb.angles[pb.iang(b, t, h) + s]) * dtv;
+        double sum, e;
+        detail::two_sum(acc_hi[s], th, sum, e);
+        acc_hi[s] = sum;
+        acc_lo[s] += e;
+        phi[tl * S + s] = detail::reduce_2pi(acc_hi[s], acc_lo[s]);
+      }
+      for (int64_t r = 0; r < R; ++r) {
+        const double* Qv = pb.q + pb.iqk(b, t, r, g);
+        const double* Kv = pb.k + pb.iqk(b, t, r, g);
+        double* qx = &qr[tl * RN + r * N];
+        double* kx = &kr[tl * RN + r * N];
+        for (int64_t j = 0; j < N; ++j) {
+          qx[j] = Qv[j] + pb.q_bias[pb.ihr(h, r) * N + j];
+          kx[j] = Kv[j] + pb.k_bias[pb.ihr(h, r) * N + j];
+        }
+        rotate(pb, &phi[tl * S], qx);
+        rotate(pb, &phi[tl * S], kx);
+      }
+      if (tl % Q == 0) std::copy(Hs.begin(), Hs.end(), ck.begin() + (tl / Q) * PN);
+      const Coef c = coef(tl);
+      up_v(Vp(tl), vcur.data());
+      up_v(vprev_raw(tl), vprev.data());
+      state_update(Hs.data(), P, N, R, c.alpha, c.beta, c.gamma, vprev.data(), kprev_of(kr, tl), vcur.data(),
+                   &kr[tl * RN]);
+    }
+  }
+
+  // Adjoints carried backwards, seeded by the final-state gradients.
+  std::vector<double> dH(PN, 0.0), dkc(RN, 0.0), dvc(P, 0.0), dphi(S, 0.0);
+  if (!df.d_ssm.empty()) std::copy_n(df.d_ssm.begin() + pb.ist_ssm(n, h), PN, dH.begin());
+  if (!df.d_k.empty())
+    for (int64_t r = 0; r < R; ++r) std::copy_n(df.d_k.begin() + pb.ist_k(n, r, h), N, dkc.begin() + r * N);
+  if (!df.d_v.empty()) std::copy_n(df.d_v.begin() + pb.ist_v(n, h), P, dvc.begin());
+  if (!df.d_angle.empty()) std::copy_n(df.d_angle.begin() + pb.ist_angle(n, h), S, dphi.begin());
+
+  std::vector<double> Hbuf((Q + 1) * PN), y(RP), dy(RP), dq(RN), dk(RN), dv(RP), dvp(RP), dkc_new(RN);
+  std::vector<double> hk(R), hkp(R);
+  for (int64_t c = nchunks - 1; c >= 0; --c) {
+    const int64_t c0 = c * Q, c1 = std::min(len, c0 + Q);
+    // Recompute H_{c0-1} .. H_{c1-1} into Hbuf[0 .. c1-c0].
+    std::copy_n(ck.begin() + c * PN, PN, Hbuf.begin());
+    for (int64_t tl = c0; tl < c1; ++tl) {
+      double* Hn = &Hbuf[(tl - c0 + 1) * PN];
+      std::copy_n(&Hbuf[(tl - c0) * PN], PN, Hn);
+      const Coef cf = coef(tl);
+      up_v(Vp(tl), vcur.data());
+      up_v(vprev_raw(tl), vprev.data());
+      state_update(Hn, P, N, R, cf.alpha, cf.beta, cf.gamma, vprev.data(), kprev_of(kr, tl), vcur.data(),
+                   &kr[tl * RN]);
+    }
+    for (int64_t tl = c1 - 1; tl >= c0; --tl) {
+      const int64_t t = t0 + tl;
+      const double* Ht = &Hbuf[(tl - c0 + 1) * PN];
+      const double* Hm = &Hbuf[(tl - c0) * PN];
+      const double* V = Vp(tl);
+      const double* Vprev = vprev_raw(tl);
+      up_v(V, vcur.data());
+      up_v(Vprev, vprev.data());
+      const double* kprev = kprev_of(kr, tl);
+      const double* q = &qr[tl * RN];
+      const double* k = &kr[tl * RN];
+      const Coef cf = coef(tl);
+      const double dtv = pb.dt[ix(tl)];
+      const double* Zt = pb.z ? pb.z + pb.iv(b, t, h) : nullptr;
+
+      // y_{t,r} = H_t q_{t,r} + D v_{t,r}, recomputed as the forward does.
+      for (int64_t r = 0; r < R; ++r)
+        for (int64_t p = 0; p < P; ++p) {
+          double acc = 0;
+          for (int64_t j = 0; j < N; ++j) acc += Ht[p * N + j] * q[r * N + j];
+          y[r * P + p] = acc + Dh * vcur[r * P + p];
+        }
+      // Down-projection, gate, fused norm: d_out -> dy.
+      for (int64_t r = 0; r < R; ++r) {
+        const double* yr = &y[r * P];
+        double rs = 1.0;
+        if (pb.fused_norm) {
+          double ms = 0;
+          for (int64_t p = 0; p < P; ++p) ms += yr[p] * yr[p];
+          rs = 1.0 / std::sqrt(ms / static_cast<double>(P) + pb.norm_eps);
+        }
+        double sdu = 0;
+        for (int64_t p = 0; p < P; ++p) {
+          const double u = yr[p] * rs;              // normalized (u = y without the norm)
+          const double w = nw ? nw[p] : 1.0;
+          const double nv = u * w;                  // n: before the gate
+          double sil = 1.0, o = nv, dn;
+          double dO;
+          if (phiw)
+            dO = d_out[pb.iout(b, t, 0, h) + p] * phiw[r * P + p];
+          else
+            dO = d_out[pb.iout(b, t, r, h) + p];
+          if (Zt) {
+            const double zr = zeta ? zeta[r * P + p] : 1.0;
+            const double zz = Zt[p] * zr;
+            const double sg = sigmoid(zz);
+            sil = zz * sg;
+            o = nv * sil;
+            const double dzz = dO * nv * sg * (1.0 + zz * (1.0 - sg));
+            gr.dz[pb.iv(b, t, h) + p] += dzz * zr;
+            if (zeta) gr.dzeta[pb.ihr(h, r) * P + p] += dzz * Zt[p];
+          }
+          if (phiw) gr.dphi[pb.ihr(h, r) * P + p] += d_out[pb.iout(b, t, 0, h) + p] * o;
+          dn = dO * sil;
+          if (nw) gr.dnorm_weight[h * P + p] += dn * u;
+          const double du = dn * w;
+          dy[r * P + p] = du;
+          sdu += du * yr[p];
+        }
+        if (pb.fused_norm) {
+          const double k3 = rs * rs * rs * sdu / static_cast<double>(P);
+          for (int64_t p = 0; p < P; ++p) dy[r * P + p] = rs * dy[r * P + p] - k3 * yr[p];
+        }
+      }
+      // y = H_t q + D v.
+      std::fill(dq.begin(), dq.end(), 0.0);
+      for (int64_t r = 0; r < R; ++r)
+        for (int64_t p = 0; p < P; ++p)
+          for (int64_t j = 0; j < N; ++j) {
+            dH[p * N + j] += dy[r * P + p] * q[r * N + j];
+            dq[r * N + j] += Ht[p * N + j] * dy[r * P + p];
+          }
+      if (pb.d) {
+        double s = 0;
+        for (int64_t i = 0; i < RP; ++i) s += dy[i] * vcur[i];
+        gr.dd[h] += s;
+      }
+      for (int64_t i = 0; i < RP; ++i) dv[i] = Dh * dy[i];
+      std::copy(dkc.begin(), dkc.end(), dk.begin());
+      // H_t = alpha H_{t-1} + beta sum_r vprev_r kprev_r^T + gamma sum_r v_r k_r^T.
+      double dalpha = 0, dbeta = 0, dgamma = 0;
+      std::fill(dkc_new.begin(), dkc_new.end(), 0.0);
+      for (int64_t p = 0; p < P; ++p) {
+        std::fill(hk.begin(), hk.end(), 0.0);
+        std::fill(hkp.begin(), hkp.end(), 0.0);
+        for (int64_t j = 0; j < N; ++j) {
+          const double e = dH[p * N + j];
+          dalpha += e * Hm[p * N + j];
+          for (int64_t r = 0; r < R; ++r) {
+            hk[r] += e * k[r * N + j];
+            hkp[r] += e * kprev[r * N + j];
+            dk[r * N + j] += cf.gamma * e * vcur[r * P + p];
+            dkc_new[r * N + j] += cf.beta * e * vprev[r * P + p];
+          }
+        }
+        for (int64_t r = 0; r < R; ++r) {
+          dgamma += vcur[r * P + p] * hk[r];
+          dbeta += vprev[r * P + p] * hkp[r];
+          dv[r * P + p] += cf.gamma * hk[r];
+          dvp[r * P + p] = cf.beta * hkp[r];
+        }
+      }
+      for (int64_t x = 0; x < PN; ++x) dH[x] *= cf.alpha;
+      dkc.swap(dkc_new);
+      // v_r = V_t (.) Psi_r and vprev_r = V_{t-1} (.) Psi_r: raw V adjoints and dPsi.
+      for (int64_t p = 0; p < P; ++p) {
+        double dVt = dvc[p], dVprev = 0;
+        for (int64_t r = 0; r < R; ++r) {
+          dVt += dv[r * P + p] * psi[r * P + p];
+          dVprev += dvp[r * P + p] * psi[r * P + p];
+          gr.dpsi[pb.ihr(h, r) * P + p] += dv[r * P + p] * V[p] + dvp[r * P + p] * Vprev[p];
+        }
+        gr.dv[pb.iv(b, t, h) + p] += dVt;
+        dvc[p] = dVprev;
+      }
+      // Coefficients.
+      gr.dadt[ix(tl)] = dalpha * cf.alpha + dbeta * cf.beta;
+      const double dlam = dtv * (dgamma - cf.alpha * dbeta);
+      gr.dtrap[ix(tl)] = dlam * cf.lam * (1.0 - cf.lam);
+      double ddt = dbeta * (1.0 - cf.lam) * cf.alpha + dgamma * cf.lam;
+      // Rotation and biases.
+      for (int64_t r = 0; r < R; ++r) {
+        rotate_adjoint(pb, &phi[tl * S], &q[r * N], &dq[r * N], dphi.data());
+        rotate_adjoint(pb, &phi[tl * S], &k[r * N], &dk[r * N], dphi.data());
+        for (int64_t j = 0; j < N; ++j) {
+          gr.dq[pb.iqk(b, t, r, g) + j] += dq[r * N + j];
+          gr.dk[pb.iqk(b, t, r, g) + j] += dk[r * N + j];
+          gr.dq_bias[pb.ihr(h, r) * N + j] += dq[r * N + j];
+          gr.dk_bias[pb.ihr(h, r) * N + j] += dk[r * N + j];
+        }
+      }
+      // Angles: phi_t = phi_{t-1} + pi tanh(A) DT; dphi passes to phi_{t-1} unchanged.
+      for (int64_t s = 0; s < S; ++s) {
+        const double th = std::tanh(pb.angles[pb.iang(b, t, h) + s]);
+        gr.dangles[pb.iang(b, t, h) + s] = dphi[s] * kPi * (1.0 - th * th) * dtv;
+        ddt += dphi[s] * kPi * th;
+      }
+      gr.ddt[ix(tl)] = ddt;
+    }
+  }
+
+  if (st) {
+    std::copy(dphi.begin(), dphi.end(), gr.dangle_state.begin() + pb.ist_angle(n, h));
+    std::copy(dH.begin(), dH.end(), gr.dssm_state.begin() + pb.ist_ssm(n, h));
+    for (int64_t r = 0; r < R; ++r) std::copy_n(dkc.begin() + r * N, N, gr.dk_state.begin() + pb.ist_k(n, r, h));
+    std::copy(dvc.begin(), dvc.end(), gr.dv_state.begin() + pb.ist_v(n, h));
+  }
+}
+
+}  // namespace
+
+MimoGrads backward_mimo_recurrent(const MimoParams& p, const MimoInputs& in, const std::vector<double>& d_out,
+                                  const MimoFinalGrads& dfinal) {
+  const Problem pb = detail::make_problem(p, in);  // validates every input as the forward does
+  const int64_t NS = pb.NS(), H = pb.H, N = pb.N, P = pb.P, S = pb.S, R = pb.R;
+  check_upstream(d_out, pb.out_size(), false, "d_out");
+  check_upstream(dfinal.d_angle, NS * H * S, true, "d_angle (final_angle)");
+  check_upstream(dfinal.d_ssm, NS * H * P * N, true, "d_ssm (final_ssm)");
+  check_upstream(dfinal.d_k, NS * R * H * N, true, "d_k (final_k)");
+  check_upstream(dfinal.d_v, NS * H * P, true, "d_v (final_v)");
+
+  MimoGrads gr;
+  gr.dq.assign(in.q.size(), 0.0);
+  gr.dk.assign(in.k.size(), 0.0);
+  gr.dv.assign(in.v.size(), 0.0);
+  gr.dadt.assign(in.adt.size(), 0.0);
+  gr.ddt.assign(in.dt.size(), 0.0);
+  gr.dtrap.assign(in.trap.size(), 0.0);
+  gr.dq_bias.assign(in.q_bias.size(), 0.0);
+  gr.dk_bias.assign(in.k_bias.size(), 0.0);
+  gr.dpsi.assign(in.psi.size(), 0.0);
+  gr.dzeta.assign(in.zeta.size(), 0.0);
+  gr.dphi.assign(in.phi.size(), 0.0);
+  gr.dangles.assign(in.angles.size(), 0.0);
+  gr.dd.assign(in.d.size(), 0.0);
+  gr.dz.assign(in.z.size(), 0.0);
+  gr.dnorm_weight.assign(in.norm_weight.size(), 0.0);
+  gr.dangle_state.assign(in.angle_state.size(), 0.0);
+  gr.dssm_state.assign(in.ssm_state.size(), 0.0);
+  gr.dk_state.assign(in.k_state.size(), 0.0);
+  gr.dv_state.assign(in.v_state.size(), 0.0);
+  // Serial over (sequence, head): dq / dk accumulate over the heads of a group, and the per-head
+  // parameters (biases, Psi, zeta, Phi, D, norm weight) over the sequences, always in this fixed
+  // order (deterministic).
+  for (int64_t n = 0; n < NS; ++n)
+    for (int64_t h = 0; h < H; ++h) run_one(pb, n, h, d_out, dfinal, gr);
+  return gr;
+}
+
+}  // namespace assay::mamba3

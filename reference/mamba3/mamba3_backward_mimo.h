@@ -1,0 +1,133 @@
+// Mamba-3 MIMO backward (state-spaces/mamba TileLang mamba3_mimo's autograd backward:
+// mamba_mimo_bwd_fwd + mamba_mimo_bwd_bwd, combined by mamba_mimo_bwd_combined), fp64 oracle: the
+// definitional reverse-mode adjoint of the token-by-token MIMO step recurrence mamba3::mimo_step
+// (mamba3.h, mamba3_step.cpp), written by hand (no autodiff). The SISO model it generalizes is
+// mamba3_backward.h (backward_siso_recurrent); MIMO at R = 1 with Psi = zeta = Phi = 1 and adjacent
+// pairs gives the SISO gradients to rounding (<= 1.2e-16 relative; tests/test_mamba3_backward_mimo.cpp).
+//
+// Convention: exactly the forward's (mamba3.h spec 2.5, MimoParams / MimoInputs): DT and ADT are
+// given tensors (dt_bias / softplus / A are upstream of the kernel, their chain rule is the
+// caller's), Trap raw (pre-sigmoid), Angles raw (pre-tanh: the gradient includes the wrapper's
+// angle_dt step, as the upstream autograd does through angle_dt_bwd; DT receives both its decay /
+// trapezoid share and its angle share). Rotation pairs half_split (i, i + N/2) (kernel default) or
+// adjacent (2i, 2i+1) (rotate_pairwise), i < S = N / rotary_dim_divisor. Head h reads q/k group
+// g = h / (H/G). Varlen (cu_seqlens, B == 1): every sequence starts from its own input-state row (or
+// zero) and has its own final states and adjoints.
+//
+// Tensors (axis letters as mamba3.h: B batch, T tokens, R rank, H value heads, G q/k heads,
+// N d_state, P headdim_v, S angle dims, NS sequences), dense row-major, fp64 values, fp64 math:
+//   inputs (as the forward):  Q, K [B,T,R,G,N]; V [B,T,H,P]; ADT, DT, Trap [B,H,T];
+//                             Q_bias, K_bias [H,R,N]; MIMO_V (psi) [H,R,P]; MIMO_Z (zeta) [H,R,P]
+//                             with Z, else empty; MIMO_Out (phi) [H,R,P] or empty; Angles [B,T,H,S];
+//                             D [H] or empty; Z [B,T,H,P] or empty; outproj_norm_weight [H,P] or
+//                             empty (fused_norm only); angle_state [NS,H,S], ssm_state [NS,H,P,N],
+//                             k_state [NS,R,H,N] (biased and rotated), v_state [NS,H,P] (raw V):
+//                             all four or none.
+//   upstream gradients:       d_out: [B,T,H,P] with Phi, [B,T,R,H,P] without (required);
+//                             MimoFinalGrads: d_angle [NS,H,S], d_ssm [NS,H,P,N], d_k [NS,R,H,N],
+//                             d_v [NS,H,P], each empty = 0.
+//                             L = <d_out, out> + <d_angle, final_angle> + <d_ssm, final_ssm>
+//                               + <d_k, final_k> + <d_v, final_v>.
+//                             final_angle is reduced mod 2pi; its derivative is taken as 1.
+//   returned gradients:       one per differentiable input, same shape: dq, dk (summed over the H/G
+//                             heads of a group), dv, dadt, ddt, dtrap, dq_bias, dk_bias, dpsi
+//                             (dMIMO_V), dzeta (dMIMO_Z), dphi (dMIMO_Out), dangles, dd, dz: the
+//                             fourteen tensors of mamba_mimo_bwd_combined, in its order; plus
+//                             dnorm_weight (outproj_norm_weight) and the four initial-state
+//                             gradients. Each is empty when its input is.
+//   Not differentiated: cu_seqlens, chunk_size, rotary_dim_divisor, rotate_pairwise (integers /
+//   flags); norm_eps (a hyperparameter); out_dtype (no effect on fp64 values).
+//
+// Forward, per (sequence, head h), token t, ranks r (phi_{-1}, H_{-1}, k_{-1,r}, V_{-1} = the input
+// states or 0):
+//   theta_t = pi tanh(A_t) DT_t;   phi_t = phi_{t-1} + theta_t (mod 2pi)                    (S,)
+//   qh_{t,r} = Q_{t,r} + Q_bias[h,r];  q_{t,r} = Rot(phi_t) qh_{t,r};  k likewise with K, K_bias
+//     Rot on pair (a, b): (u, w) -> (u c - w s, u s + w c), c, s = cos, sin(phi_i); other dims pass
+//   v_{t,r} = V_t (.) Psi[h,r]
+//   lam_t = sigmoid(Trap_t); alpha_t = exp(ADT_t); beta_t = (1 - lam_t) DT_t alpha_t; gamma_t = lam_t DT_t
+//   H_t = alpha_t H_{t-1} + beta_t sum_r v_{t-1,r} k_{t-1,r}^T + gamma_t sum_r v_{t,r} k_{t,r}^T  (P x N)
+//   y_{t,r} = H_t q_{t,r} + D v_{t,r}
+//   fused norm: rs_{t,r} = (mean_P y_{t,r}^2 + eps)^(-1/2);  u_{t,r} = y_{t,r} rs_{t,r};
+//               n_{t,r} = u_{t,r} (.) w[h]  (w = 1 without outproj_norm_weight); else n = y
+//   gate: o_{t,r} = n_{t,r} (.) silu(Z_t (.) zeta[h,r])   (o = n without Z)
+//   out_t = sum_r Phi[h,r] (.) o_{t,r}   (without Phi: out_{t,r} = o_{t,r})
+//   finals: (phi_{T-1}, H_{T-1}, k_{T-1,r}, V_{T-1}).
+// Reverse (per (sequence, head); adjoints dH (of H_t), dkc_r (of k_{t,r} through the carry), dvc (of
+// the raw V_t through the carry), dphi (of phi_t through the carry) start at the upstream final-state
+// gradients; t = len-1 .. 0):
+//   do_r = d_out_t (.) Phi[h,r];  dPhi[h,r] += d_out_t (.) o_r        (without Phi: do_r = d_out_{t,r})
+//   zz = Z_t (.) zeta_r, sg = sigmoid(zz):  dn_r = do_r (.) silu(zz);
+//     dzz = do_r (.) n_r (.) sg (1 + zz (1 - sg));  dZ_t += dzz (.) zeta_r;  dzeta_r += dzz (.) Z_t
+//   fused norm: dw[h] += dn_r (.) u_r;  du = dn_r (.) w;  dy_r = rs du - rs^3 y_r <du, y_r> / P
+//   dH += sum_r dy_r q_r^T;   dq_r = H_t^T dy_r;   dD += sum_r <dy_r, v_r>;   dv_r = D dy_r
+//   dalpha = <dH, H_{t-1}>;  dbeta = sum_r v_{t-1,r}^T dH k_{t-1,r};  dgamma = sum_r v_r^T dH k_r
+//   dv_r += gamma dH k_r;   dk_r = dkc_r + gamma dH^T v_r
+//   dvp_r = beta dH k_{t-1,r};  dkc_r <- beta dH^T v_{t-1,r}           (adjoints of v_{t-1,r}, k_{t-1,r})
+//   dV_t = dvc + sum_r dv_r (.) Psi_r;  dPsi_r += dv_r (.) V_t + dvp_r (.) V_{t-1}
+//   dvc <- sum_r dvp_r (.) Psi_r                                          (adjoint of the raw V_{t-1})
+//   dH  <- alpha dH                                                       (adjoint of H_{t-1})
+//   dADT = dalpha alpha + dbeta beta;   dlam = DT (dgamma - alpha dbeta);   dTrap = dlam lam (1 - lam)
+//   rotation, per pair (a, b) and x in {q_r, k_r}: dphi_i += dx_b x_a - dx_a x_b (x rotated);
+//     dxh_a = dx_a c + dx_b s;  dxh_b = -dx_a s + dx_b c;  unrotated dims pass dx through
+//   dQ_{t,r} (group g) += dqh_r;  dQ_bias[h,r] += dqh_r;  dK_{t,r} += dkh_r;  dK_bias[h,r] += dkh_r
+//   dtheta = dphi (phi_{t-1} keeps dphi);  dA_t = dtheta pi (1 - tanh^2 A_t) DT_t
+//   dDT = dbeta (1 - lam) alpha + dgamma lam + sum_s dtheta_s pi tanh(A_{t,s})
+//   at the sequence start: d angle_state = dphi, d ssm_state = dH, d k_state_r = dkc_r,
+//   d v_state = dvc (all four are raw: k_state is already biased and rotated, v_state is raw V).
+// The adjoint is a per-sequence variable, so nothing crosses a varlen boundary (an empty sequence
+// passes the final-state gradients to the initial-state gradients). ADT = -inf (alpha = beta = 0) is
+// a clean reset in reverse too: dH_{t-1} = 0, dvc = dkc = 0, dADT = 0.
+// States H_t are checkpointed every chunk_size tokens of a sequence and recomputed chunk by chunk in
+// the reverse pass with the forward's operations in the same order (memory O((T/Q + Q) P N) per
+// (sequence, head)); the angles are recomputed with the forward's compensated sum and reduction.
+//
+// Upstream convention and where it differs (follow the kernel, written down here):
+//   * Names and order of the fourteen gradients: mamba_mimo_bwd_combined (dQ, dK, dV, dADT, dDT,
+//     dTrap, dQ_bias, dK_bias, dMIMO_V, dMIMO_Z, dMIMO_Out, dAngles, dD, dZ). dMIMO_* are summed over
+//     batch and time (mamba_mimo_bwd_fwd writes per-batch [B,H,R,P] partials of dMIMO_Out / dMIMO_Z,
+//     reduced over B afterwards), dD over batch and time, dQ / dK over the heads of a group.
+//   * Final states: the upstream wrapper marks them non-differentiable (its backward ignores their
+//     gradients). Passing empty MimoFinalGrads reproduces that; non-empty ones are an extension
+//     (useful for chunked / stateful callers and for the input-state gradients).
+//   * Input states: the TileLang chunked kernel takes none (its backward returns no state
+//     gradients); the oracle's forward accepts them (mamba3.h), so their gradients are returned too.
+//   * The fused RMSNorm weight gradient (dnorm_weight) is returned when the forward has the weight.
+//   * Angle reduction: MIMO reduces the running angle mod 2pi exactly as SISO does in this oracle,
+//     and the reduction's derivative is 1, so the R = 1 reduction of MIMO equals SISO's backward.
+//
+// Preconditions (InputError otherwise): those of mimo_step (mamba3.h), and d_out / the final-state
+// gradients sized as above (or empty where allowed) and finite.
+#pragma once
+#include <vector>
+
+#include "reference/mamba3/mamba3.h"
+
+namespace assay::mamba3 {
+
+struct MimoGrads {
+  std::vector<double> dq, dk;                   // [B,T,R,G,N]
+  std::vector<double> dv;                       // [B,T,H,P]
+  std::vector<double> dadt, ddt, dtrap;         // [B,H,T]
+  std::vector<double> dq_bias, dk_bias;         // [H,R,N]
+  std::vector<double> dpsi, dzeta, dphi;        // [H,R,P] (dMIMO_V, dMIMO_Z, dMIMO_Out) or empty
+  std::vector<double> dangles;                  // [B,T,H,S]
+  std::vector<double> dd;                       // [H] or empty
+  std::vector<double> dz;                       // [B,T,H,P] or empty
+  std::vector<double> dnorm_weight;             // [H,P] or empty
+  std::vector<double> dangle_state, dssm_state, dk_state, dv_state;  // like the input states or empty
+};
+
+// Upstream gradients of the final states the forward returns (each empty = 0).
+struct MimoFinalGrads {
+  std::vector<double> d_angle;  // [NS,H,S]
+  std::vector<double> d_ssm;    // [NS,H,P,N]
+  std::vector<double> d_k;      // [NS,R,H,N]
+  std::vector<double> d_v;      // [NS,H,P]
+};
+
+// Reverse-mode gradients of L (above) through mamba3::mimo_step(p, in). Throws InputError on
+// malformed inputs (as the forward) and on wrongly sized or non-finite upstream gradients.
+MimoGrads backward_mimo_recurrent(const MimoParams& p, const MimoInputs& in, const std::vector<double>& d_out,
+                                  const MimoFinalGrads& dfinal = {});
+
+}  // namespace assay::mamba3
