@@ -4,6 +4,10 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+#include <memory>
 #include <string>
 
 #include <Eigen/Dense>
@@ -57,10 +61,40 @@ namespace {
 using Mat = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using Vec = Eigen::VectorXd;
 
+
+// Loops over fewer elements than this stay on the calling thread (a parallel region costs more
+// than they do). Only the speed depends on it: every element is computed the same way either way.
+constexpr int64_t kParallelMin = int64_t{1} << 16;
+
+// n zeros in a std::vector whose pages all threads fault in first (MADV_POPULATE_WRITE on 2 MiB
+// slices; a hint, ignored where unsupported), then zero-filled as usual. First-touching hundreds
+// of MB of fresh pages from one thread is otherwise the serial part of the chunked forms.
+std::vector<double> zeros_prefaulted(size_t n) {
+  std::vector<double> v;
+  v.reserve(n);
+#if defined(__linux__) && defined(MADV_POPULATE_WRITE)
+  constexpr uintptr_t kPage = 4096, kSlice = uintptr_t{2} << 20;
+  const auto base = reinterpret_cast<uintptr_t>(v.data());
+  const uintptr_t lo = (base + kPage - 1) & ~(kPage - 1), hi = (base + n * sizeof(double)) & ~(kPage - 1);
+  if (hi > lo + 4 * kSlice) {
+    const auto slices = static_cast<int64_t>((hi - lo + kSlice - 1) / kSlice);
+#pragma omp parallel for schedule(static)
+    for (int64_t s = 0; s < slices; ++s) {
+      const uintptr_t a = lo + static_cast<uintptr_t>(s) * kSlice;
+      madvise(reinterpret_cast<void*>(a), std::min(kSlice, hi - a), MADV_POPULATE_WRITE);
+    }
+  }
+#endif
+  v.resize(n);
+  return v;
+}
+
 bool all_finite(const std::vector<double>& x) {
-  for (double v : x)
-    if (!std::isfinite(v)) return false;
-  return true;
+  const auto n = static_cast<int64_t>(x.size());
+  bool ok = true;
+#pragma omp parallel for schedule(static) reduction(&& : ok) if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) ok = ok && std::isfinite(x[i]);
+  return ok;
 }
 
 // One sequence: batch row b, tokens [t0, t0 + len) of that row, state slot n.
@@ -72,13 +106,38 @@ struct Seq {
 struct Prep {
   int64_t B, T, H, HV, K, V, Nseq, C, NC;
   double scale;
-  std::vector<double> q, k;     // [B, T, H, K], l2-normalised when asked
+  const std::vector<double>* q_in;  // [B, T, H, K] as given
+  const std::vector<double>* k_in;
+  std::vector<double> q_n, k_n;  // their l2-normalised copies (qk_l2norm, materialised)
+  std::vector<double> q_s, k_s;  // or only the rows' l2norm_scale factors [B, T, H] (not materialised)
+  const std::vector<double>& q() const { return q_n.empty() ? *q_in : q_n; }  // l2-normalised if materialised
+  const std::vector<double>& k() const { return k_n.empty() ? *k_in : k_n; }
   const std::vector<double>* v;  // [B, T, HV, V]
   std::vector<double> g, beta;  // [B, T, HV] effective log decay and beta
   std::vector<Seq> seqs;
   std::vector<int64_t> chunk_off;  // [Nseq + 1]
   const std::vector<double>* h0;   // may be empty
 };
+
+// x with every row of K scaled by l2norm_scale (the same values as normalise_rows on a copy).
+std::vector<double> normalised_rows(const std::vector<double>& x, int64_t K, double eps) {
+  std::vector<double> r = zeros_prefaulted(x.size());
+  const int64_t rows = static_cast<int64_t>(x.size()) / K;
+#pragma omp parallel for schedule(static) if (rows * K >= kParallelMin)
+  for (int64_t row = 0; row < rows; ++row) {
+    const double s = l2norm_scale(x.data() + row * K, K, eps);
+    for (int64_t i = 0; i < K; ++i) r[row * K + i] = x[row * K + i] * s;
+  }
+  return r;
+}
+
+std::vector<double> row_scales(const std::vector<double>& x, int64_t K, double eps) {
+  const int64_t rows = static_cast<int64_t>(x.size()) / K;
+  std::vector<double> r(rows);
+#pragma omp parallel for schedule(static) if (rows * K >= kParallelMin)
+  for (int64_t row = 0; row < rows; ++row) r[row] = l2norm_scale(x.data() + row * K, K, eps);
+  return r;
+}
 
 void normalise_rows(std::vector<double>& x, int64_t K, double eps) {
   const int64_t rows = static_cast<int64_t>(x.size()) / K;
@@ -127,7 +186,9 @@ void effective_gate_beta(const Options& o, int64_t rows, int64_t HV, const std::
   }
 }
 
-Prep prepare(const Params& p, const Inputs& in) {
+// materialise_qk = false: with qk_l2norm, only the row scales q_s / k_s are computed and the caller
+// applies them where it reads rows (the same products x * scale).
+Prep prepare(const Params& p, const Inputs& in, bool materialise_qk = true) {
   ASSAY_INPUT_CHECK(p.B >= 1 && p.T >= 0 && p.H >= 1 && p.HV >= 1 && p.K >= 1 && p.V >= 1,
                     "gated_delta: bad shape B={} T={} H={} HV={} K={} V={}", p.B, p.T, p.H, p.HV, p.K, p.V);
   ASSAY_INPUT_CHECK(p.HV % p.H == 0, "gated_delta: HV = {} is not a multiple of H = {}", p.HV, p.H);
@@ -143,11 +204,16 @@ Prep prepare(const Params& p, const Inputs& in) {
   ASSAY_INPUT_CHECK(static_cast<int64_t>(in.v.size()) == BT * p.HV * p.V, "gated_delta: v has {} values, expected {}",
                     in.v.size(), BT * p.HV * p.V);
   ASSAY_INPUT_CHECK(all_finite(in.q) && all_finite(in.k) && all_finite(in.v), "gated_delta: q/k/v not finite");
-  r.q = in.q;
-  r.k = in.k;
+  r.q_in = &in.q;
+  r.k_in = &in.k;
   if (p.qk_l2norm) {
-    normalise_rows(r.q, p.K, p.l2norm_eps);
-    normalise_rows(r.k, p.K, p.l2norm_eps);
+    if (materialise_qk) {
+      r.q_n = normalised_rows(in.q, p.K, p.l2norm_eps);
+      r.k_n = normalised_rows(in.k, p.K, p.l2norm_eps);
+    } else {
+      r.q_s = row_scales(in.q, p.K, p.l2norm_eps);
+      r.k_s = row_scales(in.k, p.K, p.l2norm_eps);
+    }
   }
   r.v = &in.v;
   effective_gate_beta(p, BT, p.HV, in.g, in.beta, in.A_log, in.dt_bias, r.g, r.beta);
@@ -234,9 +300,9 @@ Result alloc_result(const Prep& P) {
   r.num_seqs = P.Nseq;
   r.num_chunks = P.NC;
   r.chunk_offsets = P.chunk_off;
-  r.o.assign(P.B * P.T * P.HV * P.V, 0.0);
+  r.o = zeros_prefaulted(P.B * P.T * P.HV * P.V);
   r.final_state.assign(P.Nseq * P.HV * P.K * P.V, 0.0);
-  r.chunk_states.assign(P.NC * P.HV * P.K * P.V, 0.0);
+  r.chunk_states = zeros_prefaulted(P.NC * P.HV * P.K * P.V);
   return r;
 }
 
@@ -267,7 +333,7 @@ Result recurrent(const Params& p, const Inputs& in) {
                     r.chunk_states.data() + ((P.chunk_off[s.n] + i / P.C) * HV + hv) * KV);
       const int64_t tok = s.b * P.T + s.t0 + i;
       const int64_t qk_off = (tok * P.H + h) * K, tv = tok * HV + hv;
-      step(S.data(), K, V, P.g[tv], P.beta[tv], P.k.data() + qk_off, P.v->data() + tv * V, P.q.data() + qk_off,
+      step(S.data(), K, V, P.g[tv], P.beta[tv], P.k().data() + qk_off, P.v->data() + tv * V, P.q().data() + qk_off,
            P.scale, p.mutant, tmp.data(), r.o.data() + tv * V, r.o_bound.data() + tv * V,
            i == s.len - 1 ? sb.data() : nullptr, i >= last_chunk ? tmax.data() : nullptr);
     }
@@ -289,115 +355,212 @@ Result recurrent(const Params& p, const Inputs& in) {
 //   the same algebra with G_{i-1} (exclusive cumsum) in w and D_{i-1,j} in A; outputs and state update
 //   are unchanged. recurrent() implements the same mutant token by token; the tests check that the two
 //   agree, which confirms this derivation.
+//
+// Decomposition (fla's chunk kernels), in three passes; each work item writes only its own slice
+// and every reduction has one fixed order, so the result does not depend on the thread count (the
+// passes always run inside a parallel region, however small, where OpenBLAS runs each GEMM on the
+// calling thread; outside one a large GEMM is split over the OpenMP pool, and its tiles'
+// summation order with it):
+//   1. per chunk, parallel over (chunk, hv) (chunk_scaled_dot_kkt, solve_tril, recompute_w_u):
+//      A, T = (I + A)^-1, w = T (beta e^G K), u = T (beta V), the state-update decays;
+//   2. state pass, parallel over (sequence, hv, block of kVBlock value columns), sequential over the
+//      sequence's chunks (chunk_gated_delta_rule_fwd_h, whose grid is also (V blocks, heads)): store
+//      h_c, v_new = u - w h_c, h_{c+1} = e^{G_last} h_c + K^T (exp(G_last - G) v_new). Column j of h
+//      and of v_new depends only on column j of h and u, so the column blocks are independent;
+//   3. output per chunk, parallel over (chunk, hv) (chunk_fwd_o): o = scale [e^G (Q h_c) + M v_new].
+
+namespace {
+
+constexpr int64_t kVBlock = 32;  // value columns per state-pass work item (fixed: see above)
+using CMapS = Eigen::Map<const Mat, 0, Eigen::OuterStride<>>;  // rows of a [.., H, K]-style tensor
+using MMapS = Eigen::Map<Mat, 0, Eigen::OuterStride<>>;
+
+// Segment sums D(i, j) = sum_{r=j+1..i} g_r for j <= i, by accumulation (never -inf - -inf), and the
+// inclusive / exclusive chunk-local cumsums.
+void chunk_decays(const Vec& g, Mat& D, Vec& Gin, Vec& Gex) {
+  const int64_t L = g.size();
+  D = Mat::Zero(L, L);
+  for (int64_t i = 0; i < L; ++i)
+    for (int64_t j = i - 1; j >= 0; --j) D(i, j) = D(i, j + 1) + g(j + 1);
+  Gin.resize(L);
+  Gex.resize(L);
+  for (int64_t i = 0; i < L; ++i) {
+    Gin(i) = (i ? Gin(i - 1) : 0.0) + g(i);
+    Gex(i) = i ? Gin(i - 1) : 0.0;
+  }
+}
+
+// Calibration roundings (emulate_*: see gated_delta.h); no-ops for goldens.
+void rnd(Mat& m, const std::optional<DType>& t) {
+  if (t)
+    for (int64_t x = 0; x < m.size(); ++x) m.data()[x] = round_to(*t, m.data()[x]);
+}
+
+}  // namespace
 
 Result chunked(const Params& p, const Inputs& in) {
-  const Prep P = prepare(p, in);
+  const Prep P = prepare(p, in, false);
   Result r = alloc_result(P);
-  const int64_t K = P.K, V = P.V, KV = K * V, HV = P.HV, G = P.HV / P.H;
+  const int64_t K = P.K, V = P.V, KV = K * V, HV = P.HV, G = P.HV / P.H, BT = P.B * P.T;
   const Mutant mu = p.mutant;
-  const int64_t jobs = P.Nseq * HV;
+  const bool excl = mu == Mutant::missing_alpha;
+  const auto& inter = p.emulate_intermediate_dtype;
+  // The chunk list: sequence, first token inside the sequence, length, first token's row in [B*T].
+  struct Chunk {
+    int64_t n, c0, L, tok0;
+  };
+  std::vector<Chunk> chunks(P.NC);
+  for (int64_t n = 0; n < P.Nseq; ++n) {
+    const Seq& s = P.seqs[n];
+    for (int64_t c0 = 0; c0 < s.len; c0 += P.C)
+      chunks[P.chunk_off[n] + c0 / P.C] = {n, c0, std::min(P.C, s.len - c0), s.b * P.T + s.t0 + c0};
+  }
+  // Per (hv, token) rows, [HV, B*T, .]: w; u (overwritten by v_new in pass 2); exp(G_last - G_j).
+  // Left uninitialised (pass 1 writes every row before anything reads it).
+  const std::unique_ptr<double[]> W(new double[HV * BT * K]), U(new double[HV * BT * V]);
+  std::vector<double> dlast(HV * BT), eglast(P.NC * HV);
+  // Rows [tok0, tok0 + L) of q or k (head h), l2-normalised when asked.
+  auto qk_rows = [&](int64_t tok0, int64_t L, int64_t h, bool is_q) {
+    Mat m = CMapS(&(is_q ? P.q() : P.k())[(tok0 * P.H + h) * K], L, K, Eigen::OuterStride<>(P.H * K));
+    const std::vector<double>& sc = is_q ? P.q_s : P.k_s;
+    if (!sc.empty())
+      for (int64_t i = 0; i < L; ++i) m.row(i) *= sc[(tok0 + i) * P.H + h];
+    return m;
+  };
+  auto gates = [&](const Chunk& ch, int64_t hv, Vec& g, Vec* b) {
+    g.resize(ch.L);
+    if (b) b->resize(ch.L);
+    for (int64_t i = 0; i < ch.L; ++i) {
+      g(i) = P.g[(ch.tok0 + i) * HV + hv];
+      if (b) (*b)(i) = P.beta[(ch.tok0 + i) * HV + hv];
+    }
+  };
+
+  // 1. Per chunk: A, T, w, u.
 #pragma omp parallel for schedule(dynamic)
-  for (int64_t job = 0; job < jobs; ++job) {
-    const Seq& s = P.seqs[job / HV];
-    const int64_t hv = job % HV, h = hv / G;
-    Mat S = Mat::Zero(K, V);
-    if (!P.h0->empty()) load_state(P.h0->data() + (s.n * HV + hv) * KV, p.state_layout, K, V, S.data());
-    for (int64_t c0 = 0; c0 < s.len; c0 += P.C) {
-      const int64_t L = std::min(P.C, s.len - c0);
-      store_state(S.data(), p.state_layout, K, V,
-                  r.chunk_states.data() + ((P.chunk_off[s.n] + c0 / P.C) * HV + hv) * KV);
-      Mat Q(L, K), Kc(L, K), Vc(L, V);
-      Vec g(L), b(L);
-      for (int64_t i = 0; i < L; ++i) {
-        const int64_t tok = s.b * P.T + s.t0 + c0 + i;
-        const int64_t qk_off = (tok * P.H + h) * K, tv = tok * HV + hv;
-        for (int64_t x = 0; x < K; ++x) Q(i, x) = P.q[qk_off + x], Kc(i, x) = P.k[qk_off + x];
-        for (int64_t x = 0; x < V; ++x) Vc(i, x) = (*P.v)[tv * V + x];
-        g(i) = P.g[tv];
-        b(i) = P.beta[tv];
+  for (int64_t job = 0; job < P.NC * HV; ++job) {
+    const Chunk& ch = chunks[job / HV];
+    const int64_t hv = job % HV, h = hv / G, L = ch.L;
+    const Mat Kc = qk_rows(ch.tok0, L, h, false);
+    const CMapS Vc(&(*P.v)[(ch.tok0 * HV + hv) * V], L, V, Eigen::OuterStride<>(HV * V));
+    Vec g, b, Gin, Gex;
+    gates(ch, hv, g, &b);
+    Mat D;
+    chunk_decays(g, D, Gin, Gex);
+    // KKt; with emulation, chunk_scaled_dot_kkt's operand beta k cast to k.dtype (beta then inside).
+    Mat KKt;
+    if (inter) {
+      Mat Kb = Kc;
+      for (int64_t i = 0; i < L; ++i) Kb.row(i) *= b(i);
+      rnd(Kb, inter);
+      KKt = Kb * Kc.transpose();
+    } else {
+      KKt = Kc * Kc.transpose();
+    }
+    // A, strictly lower.
+    Mat A = Mat::Zero(L, L);
+    for (int64_t i = 1; i < L; ++i)
+      for (int64_t j = 0; j < i; ++j) {
+        const double decay = mu == Mutant::kkt_without_decay ? 1.0 : std::exp(excl ? D(i - 1, j) : D(i, j));
+        A(i, j) = (inter ? 1.0 : b(i)) * KKt(i, j) * decay;
       }
-      // Segment sums D(i, j) = sum_{r=j+1..i} g_r for j <= i, by accumulation (never -inf - -inf).
-      Mat D = Mat::Zero(L, L);
-      for (int64_t i = 0; i < L; ++i)
-        for (int64_t j = i - 1; j >= 0; --j) D(i, j) = D(i, j + 1) + g(j + 1);
-      Vec Gin(L), Gex(L);  // inclusive and exclusive chunk-local cumsums
-      for (int64_t i = 0; i < L; ++i) {
-        Gin(i) = (i ? Gin(i - 1) : 0.0) + g(i);
-        Gex(i) = i ? Gin(i - 1) : 0.0;
+    // T = (I + A)^-1 by forward substitution: row i of (T - I) = (-A)(i, :i) T(:i, :i), i.e.
+    // T(i, j) = sgn sum_{m=j..i-1} A(i, m) T(m, j), accumulated in ascending m (T(m, j) = 0 for j > m).
+    const double sgn = mu == Mutant::i_minus_a ? 1.0 : -1.0;
+    Mat Tm = Mat::Identity(L, L);
+    std::vector<double> acc(L);
+    for (int64_t i = 1; i < L; ++i) {
+      std::fill(acc.begin(), acc.begin() + i, 0.0);
+      for (int64_t m = 0; m < i; ++m) {
+        const double aim = A(i, m);
+        const double* tm = &Tm(m, 0);
+        for (int64_t j = 0; j <= m; ++j) acc[j] += aim * tm[j];
       }
-      const bool excl = mu == Mutant::missing_alpha;
-      // Calibration roundings (emulate_*: see gated_delta.h); no-ops for goldens.
-      auto rnd = [](Mat& m, const std::optional<DType>& t) {
-        if (t)
-          for (int64_t x = 0; x < m.size(); ++x) m.data()[x] = round_to(*t, m.data()[x]);
-      };
-      const auto& inter = p.emulate_intermediate_dtype;
-      // KKt; with emulation, chunk_scaled_dot_kkt's operand beta k cast to k.dtype (beta then inside).
-      Mat KKt;
-      if (inter) {
-        Mat Kb = Kc;
-        for (int64_t i = 0; i < L; ++i) Kb.row(i) *= b(i);
-        rnd(Kb, inter);
-        KKt = Kb * Kc.transpose();
-      } else {
-        KKt = Kc * Kc.transpose();
-      }
-      // A, strictly lower.
-      Mat A = Mat::Zero(L, L);
-      for (int64_t i = 1; i < L; ++i)
-        for (int64_t j = 0; j < i; ++j) {
-          const double decay = mu == Mutant::kkt_without_decay ? 1.0 : std::exp(excl ? D(i - 1, j) : D(i, j));
-          A(i, j) = (inter ? 1.0 : b(i)) * KKt(i, j) * decay;
-        }
-      // T = (I + A)^-1 by forward substitution: row i of (T - I) = (-A)(i, :i) T(:i, :i).
-      const double sgn = mu == Mutant::i_minus_a ? 1.0 : -1.0;
-      Mat Tm = Mat::Identity(L, L);
-      for (int64_t i = 1; i < L; ++i)
-        for (int64_t j = 0; j < i; ++j) {
-          double acc = 0;
-          for (int64_t m = j; m < i; ++m) acc += A(i, m) * Tm(m, j);
-          Tm(i, j) = sgn * acc;
-        }
-      rnd(Tm, inter);  // solve_tril's output stored in k.dtype
-      Mat bV = Vc, bK = Kc;
-      for (int64_t i = 0; i < L; ++i) {
-        const double eG = std::exp(excl ? Gex(i) : Gin(i));
-        bV.row(i) *= mu == Mutant::u_with_decay ? b(i) * eG : b(i);
-        bK.row(i) *= mu == Mutant::w_without_decay ? b(i) : b(i) * eG;
-      }
-      rnd(bV, inter);  // recompute_w_u casts beta v and beta e^G k to v/k.dtype before the dots with T
-      rnd(bK, inter);
-      Mat u = Tm * bV;
-      Mat w = Tm * bK;
-      rnd(u, inter);
-      rnd(w, inter);
-      Mat Sh = S;  // the chunk-start state as the output and v_new read it
+      for (int64_t j = 0; j < i; ++j) Tm(i, j) = sgn * acc[j];
+    }
+    rnd(Tm, inter);  // solve_tril's output stored in k.dtype
+    Mat bV = Vc, bK = Kc;
+    for (int64_t i = 0; i < L; ++i) {
+      const double eG = std::exp(excl ? Gex(i) : Gin(i));
+      bV.row(i) *= mu == Mutant::u_with_decay ? b(i) * eG : b(i);
+      bK.row(i) *= mu == Mutant::w_without_decay ? b(i) : b(i) * eG;
+    }
+    rnd(bV, inter);  // recompute_w_u casts beta v and beta e^G k to v/k.dtype before the dots with T
+    rnd(bK, inter);
+    Mat u = Tm * bV;
+    Mat w = Tm * bK;
+    rnd(u, inter);
+    rnd(w, inter);
+    Eigen::Map<Mat>(&U[(hv * BT + ch.tok0) * V], L, V) = u;
+    Eigen::Map<Mat>(&W[(hv * BT + ch.tok0) * K], L, K) = w;
+    for (int64_t j = 0; j < L; ++j) dlast[hv * BT + ch.tok0 + j] = std::exp(D(L - 1, j));
+    eglast[job] = std::exp(Gin(L - 1));
+  }
+
+  // 2. State pass per (sequence, hv, value-column block).
+  const bool kv = p.state_layout == StateLayout::kv;
+  auto at = [&](double* base, int64_t i, int64_t j) -> double& { return kv ? base[i * V + j] : base[j * K + i]; };
+  const int64_t nvb = (V + kVBlock - 1) / kVBlock;
+#pragma omp parallel for schedule(dynamic)
+  for (int64_t job = 0; job < P.Nseq * HV * nvb; ++job) {
+    const int64_t n = job / (HV * nvb), hv = job / nvb % HV, h = hv / G;
+    const int64_t j0 = job % nvb * kVBlock, nb = std::min(kVBlock, V - j0);
+    Mat S = Mat::Zero(K, nb);  // columns [j0, j0 + nb) of the state, [K][V] orientation
+    if (!P.h0->empty()) {
+      const double* h0 = P.h0->data() + (n * HV + hv) * KV;
+      for (int64_t i = 0; i < K; ++i)
+        for (int64_t j = 0; j < nb; ++j) S(i, j) = kv ? h0[i * V + j0 + j] : h0[(j0 + j) * K + i];
+    }
+    for (int64_t ci = P.chunk_off[n]; ci < P.chunk_off[n + 1]; ++ci) {
+      const Chunk& ch = chunks[ci];
+      const int64_t L = ch.L;
+      double* cs = r.chunk_states.data() + (ci * HV + hv) * KV;
+      for (int64_t i = 0; i < K; ++i)
+        for (int64_t j = 0; j < nb; ++j) at(cs, i, j0 + j) = S(i, j);
+      Mat Sh = S;  // the chunk-start state as v_new reads it
       rnd(Sh, p.emulate_h_dtype);
-      const Mat vnew_acc = u - w * Sh;  // fp32 in the kernel (the state update reads this one)
-      Mat vnew = vnew_acc;              // as stored, read by the output
-      rnd(vnew, inter);
-      // Output: inter-chunk part e^{G_i} q_i^T S0, intra-chunk part with the decay mask (diag included).
-      Mat QS = Q * Sh;
-      const Mat QKt = Q * Kc.transpose();
-      Mat M = Mat::Zero(L, L);
-      for (int64_t i = 0; i < L; ++i) {
-        QS.row(i) *= std::exp(Gin(i));
-        const int64_t jmax = mu == Mutant::strict_output_mask ? i - 1 : i;
-        for (int64_t j = 0; j <= jmax; ++j) M(i, j) = QKt(i, j) * std::exp(D(i, j));
-      }
-      rnd(M, inter);  // chunk_fwd_o casts the masked, gated q k^T to v.dtype before its dot with v_new
-      const Mat O = P.scale * (QS + M * vnew);
-      for (int64_t i = 0; i < L; ++i) {
-        const int64_t tv = (s.b * P.T + s.t0 + c0 + i) * HV + hv;
-        for (int64_t x = 0; x < V; ++x) r.o[tv * V + x] = O(i, x);
-      }
+      MMapS Ub(&U[(hv * BT + ch.tok0) * V + j0], L, nb, Eigen::OuterStride<>(V));
+      const CMapS Wc(&W[(hv * BT + ch.tok0) * K], L, K, Eigen::OuterStride<>(K));
+      const Mat vnew_acc = Ub - Wc * Sh;  // fp32 in the kernel (the state update reads this one)
+      Ub = vnew_acc;                      // pass 3 reads it (and rounds it as stored)
       // State update: S <- e^{G_last} S0 + K^T (exp(D(L-1, j)) vn_j).
       Mat dV = vnew_acc;
-      for (int64_t j = 0; j < L; ++j) dV.row(j) *= std::exp(D(L - 1, j));
+      for (int64_t j = 0; j < L; ++j) dV.row(j) *= dlast[hv * BT + ch.tok0 + j];
       rnd(dV, inter);
-      S = std::exp(Gin(L - 1)) * S + Kc.transpose() * dV;
+      S = eglast[ci * HV + hv] * S + qk_rows(ch.tok0, L, h, false).transpose() * dV;
     }
-    store_state(S.data(), p.state_layout, K, V, r.final_state.data() + (s.n * HV + hv) * KV);
+    double* fs = r.final_state.data() + (n * HV + hv) * KV;
+    for (int64_t i = 0; i < K; ++i)
+      for (int64_t j = 0; j < nb; ++j) at(fs, i, j0 + j) = S(i, j);
+  }
+
+  // 3. Output per chunk: inter-chunk part e^{G_i} q_i^T S0, intra-chunk part with the decay mask
+  // (diagonal included).
+#pragma omp parallel for schedule(dynamic)
+  for (int64_t job = 0; job < P.NC * HV; ++job) {
+    const int64_t ci = job / HV, hv = job % HV, h = hv / G;
+    const Chunk& ch = chunks[ci];
+    const int64_t L = ch.L;
+    Mat Sh(K, V);  // the chunk-start state as the output reads it
+    load_state(r.chunk_states.data() + (ci * HV + hv) * KV, p.state_layout, K, V, Sh.data());
+    rnd(Sh, p.emulate_h_dtype);
+    Vec g, Gin, Gex;
+    gates(ch, hv, g, nullptr);
+    Mat D;
+    chunk_decays(g, D, Gin, Gex);
+    const Mat Q = qk_rows(ch.tok0, L, h, true);
+    Mat QS = Q * Sh;
+    const Mat QKt = Q * qk_rows(ch.tok0, L, h, false).transpose();
+    Mat M = Mat::Zero(L, L);
+    for (int64_t i = 0; i < L; ++i) {
+      QS.row(i) *= std::exp(Gin(i));
+      const int64_t jmax = mu == Mutant::strict_output_mask ? i - 1 : i;
+      for (int64_t j = 0; j <= jmax; ++j) M(i, j) = QKt(i, j) * std::exp(D(i, j));
+    }
+    rnd(M, inter);  // chunk_fwd_o casts the masked, gated q k^T to v.dtype before its dot with v_new
+    Mat vnew = Eigen::Map<const Mat>(&U[(hv * BT + ch.tok0) * V], L, V);  // as stored
+    rnd(vnew, inter);
+    MMapS(&r.o[(ch.tok0 * HV + hv) * V], L, V, Eigen::OuterStride<>(HV * V)) = P.scale * (QS + M * vnew);
   }
   return r;
 }

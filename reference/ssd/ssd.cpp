@@ -40,9 +40,15 @@ struct Dims {
         Q(p.chunk_size), NC((in.seqlen + p.chunk_size - 1) / p.chunk_size) {}
 };
 
+// Loops over fewer elements than this stay on the calling thread (a parallel region costs more
+// than they do). Only the speed depends on it: every element is computed the same way either way.
+constexpr int64_t kParallelMin = int64_t{1} << 16;
+
 std::vector<double> abs_of(const std::vector<double>& v) {
-  std::vector<double> r(v.size());
-  for (size_t i = 0; i < v.size(); ++i) r[i] = std::fabs(v[i]);
+  std::vector<double> r = detail::zeros_prefaulted(v.size());
+  const auto n = static_cast<int64_t>(v.size());
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) r[i] = std::fabs(v[i]);
   return r;
 }
 
@@ -58,29 +64,30 @@ int64_t num_seqs(const Inputs& in) {
   return in.cu_seqlens.empty() ? 0 : static_cast<int64_t>(in.cu_seqlens.size()) - 1;
 }
 
-// D skip and z gate; `gate_first` only for the d_after_gate mutant.
-void epilogue(const Inputs& in, const Dims& d, const Core& c, const Core& cabs, bool gate_first,
-              Result& r) {
+// D skip and z gate; `gate_first` only for the d_after_gate mutant. Moves the cores' tensors out.
+void epilogue(const Inputs& in, const Dims& d, Core& c, Core& cabs, bool gate_first, Result& r) {
   const int64_t n = d.B * d.T * d.H * d.P;
   const bool bounds = !cabs.y.empty();
-  r.out.assign(n, 0.0);
-  if (bounds) r.out_bound.assign(n, 0.0);
+  r.out = std::move(c.y);  // y -> out in place
+  if (bounds) r.out_bound = std::move(cabs.y);
   const bool d_per_p = static_cast<int64_t>(in.D.size()) == d.H * d.P;
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     const int64_t p = i % d.P, h = (i / d.P) % d.H;
     double skip = 0;
     if (!in.D.empty()) skip = (d_per_p ? in.D[h * d.P + p] : in.D[h]) * in.x[i];
     double gate = 1.0;
     if (!in.z.empty()) gate = silu(in.z[i]);
-    r.out[i] = gate_first ? c.y[i] * gate + skip : (c.y[i] + skip) * gate;
-    if (bounds) r.out_bound[i] = (cabs.y[i] + std::fabs(skip)) * std::fabs(gate);
+    const double y = r.out[i];
+    r.out[i] = gate_first ? y * gate + skip : (y + skip) * gate;
+    if (bounds) r.out_bound[i] = (r.out_bound[i] + std::fabs(skip)) * std::fabs(gate);
   }
-  r.final_states = c.fin;
-  r.final_states_bound = cabs.fin;
-  r.chunk_states = c.cs;
-  r.chunk_states_bound = cabs.cs;
-  r.varlen_states = c.vs;
-  r.varlen_states_bound = cabs.vs;
+  r.final_states = std::move(c.fin);
+  r.final_states_bound = std::move(cabs.fin);
+  r.chunk_states = std::move(c.cs);
+  r.chunk_states_bound = std::move(cabs.cs);
+  r.varlen_states = std::move(c.vs);
+  r.varlen_states_bound = std::move(cabs.vs);
 }
 
 // ---------------------------------------------------------------- form 1: recurrence
@@ -135,101 +142,172 @@ Core recurrence_core(const Inputs& in, const Dims& d, const std::vector<double>&
 }
 
 // ---------------------------------------------------------------- form 2: chunked dual form
-Core chunked_core(const Inputs& in, const Dims& d, const std::vector<double>& delta,
-                  const std::vector<double>& x, const std::vector<double>& Bm,
-                  const std::vector<double>& Cm, const std::vector<double>& h0, Mutant m) {
-  Core r;
-  r.y.assign(d.B * d.T * d.H * d.P, 0.0);
-  r.fin.assign(d.B * d.H * d.P * d.N, 0.0);
-  r.cs.assign(d.B * d.NC * d.H * d.P * d.N, 0.0);
-  r.vs.assign(num_seqs(in) * d.H * d.P * d.N, 0.0);
-  const int64_t PN = d.P * d.N, hpg = d.H / d.G;
+// One set of SSM operands (x, B, C, h0) and the Core it produces. chunked() runs the values and
+// their absolute values (the bounds) as two sets through ONE pass structure, so the decays
+// (exp(seg), the state weights, the carries, the state-to-output scales) are computed once.
+struct ChunkSet {
+  const std::vector<double>* x;
+  const std::vector<double>* Bm;
+  const std::vector<double>* Cm;
+  const std::vector<double>* h0;
+  Core* r;
+};
+
+// The kernels' decomposition, in passes; every reduction has one fixed order, whatever the
+// number of threads (each work item writes only its own slice):
+//   1. chunk (parallel over (b, h, c), _bmm_chunk_fwd + the diagonal block of _chunk_scan_fwd +
+//      _chunk_state_fwd): CB, Y_diag = (exp(seg) o CB o mask o Delta_s) X, the chunk-local end
+//      state st_c = X^T diag(w) B (stored in the chunk-state slot c+1, or fin for the last
+//      chunk), the carry factor of chunk c and the state-to-output scale of every token;
+//   2. state passing (parallel over (b, h, row p of the state), sequential over c,
+//      _state_passing_fwd): S_start_{c+1} = carry_c S_start_c + st_c, in place;
+//   3. state to output (parallel over (b, h, c), the off-diagonal part of _chunk_scan_fwd):
+//      Y[l] += sc_l (C_l . S_start_c);
+//   4. varlen_states (parallel over (sequence, h), chunk_state_varlen).
+void chunked_core(const Inputs& in, const Dims& d, const std::vector<double>& delta,
+                  const std::vector<ChunkSet>& sets, Mutant m) {
+  const int64_t PN = d.P * d.N, hpg = d.H / d.G, items = d.B * d.H * d.NC;
   const bool use_seq = !in.seq_idx.empty() && m != Mutant::no_seq_reset;
-#pragma omp parallel for schedule(static)
-  for (int64_t bh = 0; bh < d.B * d.H; ++bh) {
-    const int64_t b = bh / d.H, h = bh % d.H;
-    const int64_t g = m == Mutant::group_mod ? h % d.G : h / hpg;
+  // Passes 1, 3 and 4 always run inside a parallel region, however small: there OpenBLAS runs each
+  // GEMM on the calling thread, whose result then cannot depend on the thread count (outside a
+  // region a large GEMM is split over the OpenMP pool, and its tiles' summation order with it).
+  const bool par = d.B * d.T * d.H * (d.P + d.N) >= kParallelMin;  // pass 2 (no GEMM)
+  for (const ChunkSet& s : sets) {
+    Core& r = *s.r;
+    r.y = detail::zeros_prefaulted(d.B * d.T * d.H * d.P);
+    r.fin.assign(d.B * d.H * PN, 0.0);
+    r.cs = detail::zeros_prefaulted(d.B * d.NC * d.H * PN);
+    r.vs.assign(num_seqs(in) * d.H * PN, 0.0);
+  }
+  auto group = [&](int64_t h) { return m == Mutant::group_mod ? h % d.G : h / hpg; };
+  auto seq = [&](int64_t b, int64_t t) { return use_seq ? in.seq_idx[b * d.T + t] : int64_t{0}; };
+  // The kernels' running id before chunk c: the id of the last token of chunk c-1 (0 for c = 0).
+  auto seq_before = [&](int64_t b, int64_t c) { return c == 0 ? int64_t{0} : seq(b, c * d.Q - 1); };
+  // Chunk-start state slot c of (b, h), and where the chunk-local state of chunk c goes.
+  auto cs_at = [&](Core& r, int64_t b, int64_t c, int64_t h) {
+    return &r.cs[((b * d.NC + c) * d.H + h) * PN];
+  };
+  auto st_at = [&](Core& r, int64_t b, int64_t c, int64_t h) {
+    return c + 1 < d.NC ? cs_at(r, b, c + 1, h) : &r.fin[(b * d.H + h) * PN];
+  };
+  std::vector<double> carry(d.B * d.H * d.NC);  // [B, H, NC]: S_start_{c+1} = carry S_start_c + st_c
+  std::vector<double> off_scale(d.B * d.T * d.H);  // [B, T, H]: the Y_off factor of each token
+
+  // 1. Per chunk: Y_diag, st_c, carry_c, off_scale.
+#pragma omp parallel for schedule(dynamic)
+  for (int64_t it = 0; it < items; ++it) {
+    const int64_t c = it % d.NC, bh = it / d.NC, b = bh / d.H, h = bh % d.H, g = group(h);
+    const int64_t t0 = c * d.Q, Qc = std::min(d.Q, d.T - t0);
     const double A = in.A[h];
-    RowMat S = RowMat::Zero(d.P, d.N);  // S_start_c, (P, N)
-    if (!h0.empty()) S = CMap(&h0[bh * PN], d.P, d.N, Eigen::OuterStride<>(d.N));
-    int64_t seq_end_prev = 0;  // the kernels' running id, 0 before chunk 0
-    for (int64_t c = 0; c < d.NC; ++c) {
-      const int64_t t0 = c * d.Q, Qc = std::min(d.Q, d.T - t0);
-      Eigen::Map<RowMat>(&r.cs[((b * d.NC + c) * d.H + h) * PN], d.P, d.N) = S;
-      auto seq = [&](int64_t l) { return use_seq ? in.seq_idx[b * d.T + t0 + l] : int64_t{0}; };
-      std::vector<double> a(Qc), dl(Qc), acum(Qc);
-      for (int64_t l = 0; l < Qc; ++l) {
-        dl[l] = delta[(b * d.T + t0 + l) * d.H + h];
-        a[l] = dl[l] * A;
-      }
-      // seg(l, s) = sum_{k=s+1..l} a_k and acum_l (ssd_chunk_math.h).
-      RowMat seg;
-      detail::segment_sums(a, seg, acum);
-      const CMap X(&x[((b * d.T + t0) * d.H + h) * d.P], Qc, d.P, Eigen::OuterStride<>(d.H * d.P));
-      const CMap Bc(&Bm[((b * d.T + t0) * d.G + g) * d.N], Qc, d.N, Eigen::OuterStride<>(d.G * d.N));
-      const CMap Cc(&Cm[((b * d.T + t0) * d.G + g) * d.N], Qc, d.N, Eigen::OuterStride<>(d.G * d.N));
-      Eigen::Map<RowMat, 0, Eigen::OuterStride<>> Y(&r.y[((b * d.T + t0) * d.H + h) * d.P], Qc,
-                                                    d.P, Eigen::OuterStride<>(d.H * d.P));
-      // 1. intra-chunk (diagonal block), causal with the diagonal.
+    std::vector<double> a(Qc), dl(Qc), acum(Qc);
+    for (int64_t l = 0; l < Qc; ++l) {
+      dl[l] = delta[(b * d.T + t0 + l) * d.H + h];
+      a[l] = dl[l] * A;
+    }
+    // seg(l, s) = sum_{k=s+1..l} a_k and acum_l (ssd_chunk_math.h).
+    RowMat seg;
+    detail::segment_sums(a, seg, acum);
+    // The decay mask exp(seg) o mask_{s<=l, same seq}, shared by both sets.
+    RowMat E = RowMat::Zero(Qc, Qc);
+    if (m != Mutant::no_intra_chunk)
+      for (int64_t l = 0; l < Qc; ++l)
+        for (int64_t s = 0; s < (m == Mutant::strict_intra_mask ? l : l + 1); ++s)
+          if (seq(b, t0 + l) == seq(b, t0 + s)) E(l, s) = std::exp(seg(l, s));
+    // Weights of the chunk-local end state of the chunk's last sequence.
+    const int64_t seq_end = seq(b, t0 + Qc - 1), seq_end_prev = seq_before(b, c);
+    Eigen::VectorXd w(Qc);
+    for (int64_t s = 0; s < Qc; ++s)
+      w[s] = seq(b, t0 + s) == seq_end ? std::exp(seg(Qc - 1, s)) * dl[s] : 0.0;
+    for (const ChunkSet& cs : sets) {
+      const CMap X(&(*cs.x)[((b * d.T + t0) * d.H + h) * d.P], Qc, d.P, Eigen::OuterStride<>(d.H * d.P));
+      const CMap Bc(&(*cs.Bm)[((b * d.T + t0) * d.G + g) * d.N], Qc, d.N, Eigen::OuterStride<>(d.G * d.N));
+      detail::MMap Y(&cs.r->y[((b * d.T + t0) * d.H + h) * d.P], Qc, d.P, Eigen::OuterStride<>(d.H * d.P));
+      // Intra-chunk (diagonal block), causal with the diagonal.
       if (m != Mutant::no_intra_chunk) {
+        const CMap Cc(&(*cs.Cm)[((b * d.T + t0) * d.G + g) * d.N], Qc, d.N, Eigen::OuterStride<>(d.G * d.N));
         const RowMat CB = Cc * Bc.transpose();
         RowMat L = RowMat::Zero(Qc, Qc);
         for (int64_t l = 0; l < Qc; ++l)
-          for (int64_t s = 0; s < (m == Mutant::strict_intra_mask ? l : l + 1); ++s)
-            if (seq(l) == seq(s)) L(l, s) = std::exp(seg(l, s)) * CB(l, s) * dl[s];
-        Y = L * X;
-      } else {
-        Y.setZero();
-      }
-      // 4. state to output, own step's decay included (Acum inclusive).
-      {
-        RowMat off = Cc * S.transpose();  // (Qc, P)
-        for (int64_t l = 0; l < Qc; ++l) {
-          double sc = 0;
-          if (seq(l) == seq_end_prev)
-            sc = std::exp(m == Mutant::off_exclusive_decay ? acum[l] - a[l] : acum[l]);
-          Y.row(l) += sc * off.row(l);
-        }
-      }
-      // 2. chunk-local end state of the chunk's last sequence.
-      const int64_t seq_end = seq(Qc - 1);
-      Eigen::VectorXd w(Qc);
-      for (int64_t s = 0; s < Qc; ++s)
-        w[s] = seq(s) == seq_end ? std::exp(seg(Qc - 1, s)) * dl[s] : 0.0;
-      const RowMat st = X.transpose() * w.asDiagonal() * Bc;  // (P, N)
-      // 3. state passing.
-      double carry = seq_end == seq_end_prev ? std::exp(acum[Qc - 1]) : 0.0;
-      if (m == Mutant::state_passing_no_decay) carry = seq_end == seq_end_prev ? 1.0 : 0.0;
-      if (m == Mutant::no_state_passing) carry = 0.0;
-      S = carry * S + st;
-      seq_end_prev = seq_end;
+          for (int64_t s = 0; s <= l; ++s)
+            if (E(l, s) != 0.0) L(l, s) = E(l, s) * CB(l, s) * dl[s];
+        Y.noalias() = L * X;
+      }  // else Y stays 0 (no_intra_chunk)
+      // Chunk-local end state st_c = X^T diag(w) B, (P, N).
+      const RowMat Xw = w.asDiagonal() * X;
+      Eigen::Map<RowMat>(st_at(*cs.r, b, c, h), d.P, d.N).noalias() = Xw.transpose() * Bc;
     }
-    Eigen::Map<RowMat>(&r.fin[bh * PN], d.P, d.N) = S;
-    // Per-sequence final states (B == 1), the chunk_state_varlen way: a chunk-local sum over the
-    // sequence's tokens in the chunk c holding its last token, plus the decayed start state of
-    // chunk c when the sequence began before it (or it is sequence 0: initial_states).
-    for (int64_t n = 0; n < num_seqs(in); ++n) {
-      const int64_t start = in.cu_seqlens[n], end = in.cu_seqlens[n + 1];
-      if (end == start) continue;  // empty sequence: state 0
-      const int64_t c = (end - 1) / d.Q, t0 = c * d.Q, s0 = std::max(start - t0, int64_t{0});
-      const int64_t e = end - t0;
+    // State passing factor of this chunk.
+    double cf = seq_end == seq_end_prev ? std::exp(acum[Qc - 1]) : 0.0;
+    if (m == Mutant::state_passing_no_decay) cf = seq_end == seq_end_prev ? 1.0 : 0.0;
+    if (m == Mutant::no_state_passing) cf = 0.0;
+    carry[bh * d.NC + c] = cf;
+    // State-to-output scale, own step's decay included (Acum inclusive).
+    for (int64_t l = 0; l < Qc; ++l)
+      off_scale[(b * d.T + t0 + l) * d.H + h] =
+          seq(b, t0 + l) == seq_end_prev
+              ? std::exp(m == Mutant::off_exclusive_decay ? acum[l] - a[l] : acum[l])
+              : 0.0;
+  }
+
+  // 2. State passing, elementwise along c (each element of the state is its own scan).
+#pragma omp parallel for schedule(static) if (par)
+  for (int64_t it = 0; it < d.B * d.H * d.P; ++it) {
+    const int64_t bh = it / d.P, b = bh / d.H, h = bh % d.H, p = it % d.P;
+    for (const ChunkSet& cs : sets) {
+      Core& r = *cs.r;
+      double* S0 = cs_at(r, b, 0, h) + p * d.N;
+      if (!cs.h0->empty()) std::copy_n(&(*cs.h0)[bh * PN + p * d.N], d.N, S0);
+      for (int64_t c = 0; c < d.NC; ++c) {
+        const double* S = cs_at(r, b, c, h) + p * d.N;
+        double* next = st_at(r, b, c, h) + p * d.N;  // holds st_c
+        const double cf = carry[bh * d.NC + c];
+        for (int64_t n = 0; n < d.N; ++n) next[n] = cf * S[n] + next[n];
+      }
+    }
+  }
+
+  // 3. State to output.
+#pragma omp parallel for schedule(dynamic)
+  for (int64_t it = 0; it < items; ++it) {
+    const int64_t c = it % d.NC, bh = it / d.NC, b = bh / d.H, h = bh % d.H, g = group(h);
+    const int64_t t0 = c * d.Q, Qc = std::min(d.Q, d.T - t0);
+    for (const ChunkSet& cs : sets) {
+      const CMap Cc(&(*cs.Cm)[((b * d.T + t0) * d.G + g) * d.N], Qc, d.N, Eigen::OuterStride<>(d.G * d.N));
+      const CMap S(cs_at(*cs.r, b, c, h), d.P, d.N, Eigen::OuterStride<>(d.N));
+      detail::MMap Y(&cs.r->y[((b * d.T + t0) * d.H + h) * d.P], Qc, d.P, Eigen::OuterStride<>(d.H * d.P));
+      const RowMat off = Cc * S.transpose();  // (Qc, P)
+      for (int64_t l = 0; l < Qc; ++l) Y.row(l) += off_scale[(b * d.T + t0 + l) * d.H + h] * off.row(l);
+    }
+  }
+
+  // 4. Per-sequence final states (B == 1), the chunk_state_varlen way: a chunk-local sum over the
+  // sequence's tokens in the chunk c holding its last token, plus the decayed start state of
+  // chunk c when the sequence began before it (or it is sequence 0: initial_states).
+  const int64_t nseq = num_seqs(in);
+#pragma omp parallel for schedule(dynamic)
+  for (int64_t it = 0; it < nseq * d.H; ++it) {
+    const int64_t n = it / d.H, h = it % d.H, b = 0, g = group(h);
+    const int64_t start = in.cu_seqlens[n], end = in.cu_seqlens[n + 1];
+    if (end == start) continue;  // empty sequence: state 0
+    const int64_t c = (end - 1) / d.Q, t0 = c * d.Q, s0 = std::max(start - t0, int64_t{0});
+    const int64_t e = end - t0;
+    for (const ChunkSet& cs : sets) {
+      Core& r = *cs.r;
       Eigen::Map<RowMat> V(&r.vs[(n * d.H + h) * PN], d.P, d.N);
       double acc = 0;  // sum_{k=s+1..e-1} a_k
       for (int64_t s = e - 1; s >= 0; --s) {
         const double dls = delta[(b * d.T + t0 + s) * d.H + h];
         if (s >= s0) {
-          const CMap xs(&x[((b * d.T + t0 + s) * d.H + h) * d.P], d.P, 1, Eigen::OuterStride<>(1));
-          const CMap Bs(&Bm[((b * d.T + t0 + s) * d.G + g) * d.N], 1, d.N, Eigen::OuterStride<>(d.N));
+          const CMap xs(&(*cs.x)[((b * d.T + t0 + s) * d.H + h) * d.P], d.P, 1, Eigen::OuterStride<>(1));
+          const CMap Bs(&(*cs.Bm)[((b * d.T + t0 + s) * d.G + g) * d.N], 1, d.N, Eigen::OuterStride<>(d.N));
           V += (std::exp(acc) * dls) * (xs * Bs);
         }
-        acc += dls * A;
+        acc += dls * in.A[h];
       }
       if (start < t0 || n == 0)
-        V += std::exp(acc) * CMap(&r.cs[((b * d.NC + c) * d.H + h) * PN], d.P, d.N,
-                                  Eigen::OuterStride<>(d.N));
+        V += std::exp(acc) * CMap(cs_at(r, b, c, h), d.P, d.N, Eigen::OuterStride<>(d.N));
     }
   }
-  return r;
 }
 
 }  // namespace
@@ -262,7 +340,11 @@ void validate(const Params& p, const Inputs& in) {
     ASSAY_INPUT_CHECK(static_cast<int64_t>(v.size()) == n || (optional && v.empty()),
                       "ssd: {} has {} values, expected {}{}", what, v.size(), n,
                       optional ? " or none" : "");
-    for (double e : v) ASSAY_INPUT_CHECK(std::isfinite(e), "ssd: {} holds a non-finite value", what);
+    bool finite = true;
+    const auto nv = static_cast<int64_t>(v.size());
+#pragma omp parallel for schedule(static) reduction(&& : finite) if (nv >= kParallelMin)
+    for (int64_t i = 0; i < nv; ++i) finite = finite && std::isfinite(v[i]);
+    ASSAY_INPUT_CHECK(finite, "ssd: {} holds a non-finite value", what);
   };
   need(in.x, B * T * H * P, "x", false);
   need(in.dt, B * T * H, "dt", false);
@@ -342,8 +424,8 @@ Result recurrence(const Params& p, const Inputs& in) {
   Result r;
   r.nchunks = d.NC;
   r.dt_processed = process_dt(p, in);
-  const Core c = recurrence_core(in, d, r.dt_processed, in.x, in.B, in.C, in.initial_states);
-  const Core ca = p.compute_bounds
+  Core c = recurrence_core(in, d, r.dt_processed, in.x, in.B, in.C, in.initial_states);
+  Core ca = p.compute_bounds
                       ? recurrence_core(in, d, r.dt_processed, abs_of(in.x), abs_of(in.B),
                                         abs_of(in.C), abs_of(in.initial_states))
                       : Core{};
@@ -357,11 +439,14 @@ Result chunked(const Params& p, const Inputs& in, Mutant m) {
   Result r;
   r.nchunks = d.NC;
   r.dt_processed = process_dt(p, in, m != Mutant::no_dt_clamp);
-  const Core c = chunked_core(in, d, r.dt_processed, in.x, in.B, in.C, in.initial_states, m);
-  const Core ca = p.compute_bounds
-                      ? chunked_core(in, d, r.dt_processed, abs_of(in.x), abs_of(in.B),
-                                     abs_of(in.C), abs_of(in.initial_states), m)
-                      : Core{};
+  Core c, ca;
+  std::vector<ChunkSet> sets{{&in.x, &in.B, &in.C, &in.initial_states, &c}};
+  std::vector<double> ax, aB, aC, ah0;  // the bounds' set: absolute values
+  if (p.compute_bounds) {
+    ax = abs_of(in.x), aB = abs_of(in.B), aC = abs_of(in.C), ah0 = abs_of(in.initial_states);
+    sets.push_back({&ax, &aB, &aC, &ah0, &ca});
+  }
+  chunked_core(in, d, r.dt_processed, sets, m);
   epilogue(in, d, c, ca, m == Mutant::d_after_gate, r);
   return r;
 }
