@@ -2,17 +2,23 @@
 // backward (dQ, dK, dV, dSink), and per-element error-bound magnitudes. All arithmetic in fp64.
 //
 // Two forms, built independently, cross-checked to <= 1e-12 (assay::agreement_rel):
-//   (a) definitional  (attention_definitional.cpp): the full score matrix, one complete row (all sk
-//       keys) at a time so memory stays O(sk): naive dot products, the FlashAttention test mask
-//       (`construct_local_mask`) per element, a three-pass softmax (max, sum, divide) including the
-//       sink column, then P V. Backward from the full P and dP rows with Delta = rowsum(P o dP).
-//       Scalar loops, ~1 GFLOP/s per core: fine for L0 / L1, slow for L2-sized prefill.
+//   (a) definitional  (attention_definitional.cpp): complete score rows (all sk keys), a tile of 64
+//       query rows at a time so memory stays O(64 sk) per thread (never Sq x Sk): the rows' dot
+//       products as one product Q_tile K^T, the FlashAttention test mask (`construct_local_mask`) per
+//       element, a three-pass softmax (max, sum, divide) over each full row including the sink
+//       column (std::exp), then P V over the full rows. Parallel over (batch, head, query tile).
+//       Backward from the full P and dP rows with Delta = rowsum(P o dP) (scalar loops, one row at a
+//       time, parallel over KV heads).
 //   (b) online         (attention_online.cpp): the kernel algorithm. Query tiles of tile_m rows,
-//       KV tiles of tile_n keys gathered through the page table, tile skipping from per-row visible
-//       key ranges, running row max, running row sum and O rescale per tile (Eigen GEMMs), the sink
-//       folded in at finalize; optionally split-KV partials (O_i, LSE_i) and their LSE-weighted
-//       combine. Backward FA2-style: preprocess Delta = rowsum(dO o O), then KV-tile-outer loops that
-//       recompute P = exp(S - LSE) from the stored LSE.
+//       KV tiles of tile_n keys (strided views into k / v, gathered through the page table where a
+//       tile crosses a page), tile skipping from per-row visible key ranges, running row max,
+//       running row sum and O rescale per tile (Eigen GEMMs, i.e. BLAS), the sink folded in at
+//       finalize; optionally split-KV partials (O_i, LSE_i) and their LSE-weighted combine. Its exp
+//       is its own vectorised one (within 1 ulp of glibc's), so the forms share no exp. Parallel
+//       over (batch, head, query tile). Backward FA2-style: preprocess Delta = rowsum(dO o O), then
+//       KV-tile-outer loops that recompute P = exp(S - LSE) from the stored LSE.
+//   Neither result depends on the OpenMP thread count: work items own their outputs, every sum has
+//   a fixed order, and a BLAS GEMM never splits its K reduction across threads.
 //
 // Conventions (FlashAttention, Dao-AILab/flash-attention @ 0251105a2fb1):
 //   * Scores  s_ij = scale * <q_i, k_j>, scale defaults to 1/sqrt(D). Softcap (softcap > 0):

@@ -1,10 +1,13 @@
-// Form (a): definitional attention, one full score row at a time (conventions in attention.h).
-// Every query row: all sk scores by naive dot products, softcap, the FlashAttention test mask
-// (construct_local_mask, written as in the test utilities), a three-pass softmax over the row plus
-// the sink column, then P V. Backward from the same rows: dP = dO V^T, Delta = rowsum(P o dP).
+// Form (a): definitional attention, complete score rows (conventions in attention.h).
+// Forward, per tile of query rows: all sk scores of every row (the dot products as one product
+// Q_tile K^T), softcap, the FlashAttention test mask (construct_local_mask, written as in the test
+// utilities), a three-pass softmax over each full row plus the sink column, then P V. Backward one
+// row at a time: dP = dO V^T, Delta = rowsum(P o dP).
 #include <algorithm>
 #include <cmath>
 #include <limits>
+
+#include <Eigen/Dense>
 
 #include "reference/attention/attention.h"
 #include "reference/attention/attention_layout.h"
@@ -87,46 +90,151 @@ struct Ctx {
   }
 };
 
+// o_score_mag of one query tile: OS[r, e] += W[r, j] |V[j, e] - O[r, e]| over keys j in order
+// (per element the same sum as the row-by-row definition; W = P o c, zero entries skipped).
+// Row-major W [tm, ldw], O / OS [tm, dv], V rows at vstride. Elementwise lanes only (no
+// reduction across lanes, no FMA), so every clone gives the same bits.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+__attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+void score_mag_tile(const double* W, int64_t ldw, const double* V, int64_t vstride, const double* O,
+                    double* OS, int64_t tm, int64_t sk, int64_t dv) {
+  for (int64_t j = 0; j < sk; ++j) {
+    const double* vj = V + j * vstride;
+    for (int64_t r = 0; r < tm; ++r) {
+      const double w = W[r * ldw + j];
+      if (w == 0) continue;
+      const double* o = O + r * dv;
+      double* os = OS + r * dv;
+#pragma omp simd
+      for (int64_t e = 0; e < dv; ++e) os[e] += w * std::fabs(vj[e] - o[e]);
+    }
+  }
+}
+
+using Mat = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using CMap = Eigen::Map<const Mat, 0, Eigen::OuterStride<>>;
+
 }  // namespace
 
+// Query tiles of kTileRows rows of one (sequence, head): for the tile, the complete score rows
+// (all sk keys) as one product Q_tile K^T (and |Q_tile| |K|^T for the magnitudes), the mask per
+// element, then per row the definitional three-pass softmax (max over the row and the sink, the
+// normaliser, P = exp(s - m) / l), then O = P V and o_mag = P |V| as products over the full rows.
+// Memory: a few kTileRows x sk buffers per thread (never Sq x Sk). Work items are independent and
+// every sum has a fixed order, so the result does not depend on the thread count.
 ForwardResult forward_definitional(const Params& p, const std::vector<double>& q,
                                    const std::vector<double>& k, const std::vector<double>& v,
                                    const std::vector<double>& sink) {
   const auto L = detail::make_layout(p);
   detail::check_inputs(L, p, q, k, v, sink);
-  const Ctx c{p, L, q, k, v, sink};
   ForwardResult R;
   R.o.assign(L.o_size(), 0), R.o_mag.assign(L.o_size(), 0), R.o_score_mag.assign(L.o_size(), 0);
   R.lse.assign(L.lse_size(), kNegInf), R.lse_mag.assign(L.lse_size(), 0);
-#pragma omp parallel for collapse(2) schedule(dynamic)
+  constexpr int64_t kTileRows = 64;
+  struct Item {
+    int64_t b, h, i0, tm;
+  };
+  std::vector<Item> work;
   for (int64_t b = 0; b < L.B; ++b)
-    for (int64_t h = 0; h < L.Hq; ++h) {
-      Row r;
-      const int64_t hk = h / L.G;
-      for (int64_t i = 0; i < L.sq[b]; ++i) {
-        c.row(b, h, i, r);
-        const int64_t li = L.lse_index(b, h, i);
-        R.lse[li] = r.lse;
-        if (r.empty) continue;  // O = 0, magnitudes 0
-        double* o = R.o.data() + (L.q_row(b, i) * L.Hq + h) * L.Dv;
-        double* om = R.o_mag.data() + (L.q_row(b, i) * L.Hq + h) * L.Dv;
-        double* os = R.o_score_mag.data() + (L.q_row(b, i) * L.Hq + h) * L.Dv;
-        double cm = 0;
-        for (int64_t j = 0; j < L.sk[b]; ++j) {
-          if (r.p[j] == 0) continue;
-          const double* vj = c.vptr(b, hk, j);
-          for (int64_t e = 0; e < L.Dv; ++e) o[e] += r.p[j] * vj[e], om[e] += r.p[j] * std::fabs(vj[e]);
+    for (int64_t h = 0; h < L.Hq; ++h)
+      for (int64_t i0 = 0; i0 < L.sq[b]; i0 += kTileRows) work.push_back({b, h, i0, std::min(kTileRows, L.sq[b] - i0)});
+  const int64_t nw = static_cast<int64_t>(work.size());
+  std::vector<double> ak(k.size()), av(v.size());  // |k|, |v|: the magnitude products' operands
+#pragma omp parallel
+  {
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < static_cast<int64_t>(k.size()); ++i) ak[i] = std::fabs(k[i]);
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < static_cast<int64_t>(v.size()); ++i) av[i] = std::fabs(v[i]);
+    Mat S, A, P, W, AQ, O, OM, OS, Kg, AKg, Vg, AVg;
+    std::vector<double> m, l, cm;
+#pragma omp for schedule(dynamic)
+    for (int64_t w = 0; w < nw; ++w) {
+      const auto [b, h, i0, tm] = work[w];
+      const int64_t sq = L.sq[b], sk = L.sk[b], hk = h / L.G;
+      const CMap Q(q.data() + (L.q_row(b, i0) * L.Hq + h) * L.D, tm, L.D, Eigen::OuterStride<>(L.Hq * L.D));
+      AQ = Q.cwiseAbs();
+      // K, |K|, V, |V| rows [0, sk) of KV head hk: strided views, gathered when paged.
+      const double *kb = nullptr, *akb = nullptr, *vb = nullptr, *avb = nullptr;
+      int64_t ks = L.Hkv * L.D, vs = L.Hkv * L.Dv;
+      if (sk > 0 && L.kmode != detail::KMode::paged) {
+        const int64_t r0 = L.key_row(b, 0);
+        kb = k.data() + (r0 * L.Hkv + hk) * L.D, akb = ak.data() + (r0 * L.Hkv + hk) * L.D;
+        vb = v.data() + (r0 * L.Hkv + hk) * L.Dv, avb = av.data() + (r0 * L.Hkv + hk) * L.Dv;
+      } else if (sk > 0) {
+        Kg.resize(sk, L.D), AKg.resize(sk, L.D), Vg.resize(sk, L.Dv), AVg.resize(sk, L.Dv);
+        for (int64_t j = 0; j < sk; ++j) {
+          const int64_t r = L.key_row(b, j);
+          for (int64_t d = 0; d < L.D; ++d) Kg(j, d) = k[(r * L.Hkv + hk) * L.D + d], AKg(j, d) = ak[(r * L.Hkv + hk) * L.D + d];
+          for (int64_t e = 0; e < L.Dv; ++e) Vg(j, e) = v[(r * L.Hkv + hk) * L.Dv + e], AVg(j, e) = av[(r * L.Hkv + hk) * L.Dv + e];
         }
-        for (int64_t j = 0; j < L.sk[b]; ++j) {
-          if (r.p[j] == 0) continue;
-          const double cij = r.tp[j] * r.a[j] + (p.softcap > 0 ? std::fabs(r.s[j]) : 0.0);
-          cm += r.p[j] * cij;
-          const double* vj = c.vptr(b, hk, j);
-          for (int64_t e = 0; e < L.Dv; ++e) os[e] += r.p[j] * cij * std::fabs(vj[e] - o[e]);
+        kb = Kg.data(), akb = AKg.data(), vb = Vg.data(), avb = AVg.data(), ks = L.D, vs = L.Dv;
+      }
+      S.resize(tm, sk), A.resize(tm, sk), P.resize(tm, sk), W.resize(tm, sk);
+      m.assign(tm, kNegInf), l.assign(tm, 0), cm.assign(tm, 0);
+      if (sk > 0) {
+        const CMap K(kb, sk, L.D, Eigen::OuterStride<>(ks)), AK(akb, sk, L.D, Eigen::OuterStride<>(ks));
+        S.noalias() = Q * K.transpose();    // dot products <q_i, k_j>
+        A.noalias() = AQ * AK.transpose();  // absolute dot products sum_d |q_id k_jd|
+      }
+      for (int64_t r = 0; r < tm; ++r) {
+        const int64_t i = i0 + r;
+        double* srow = &S(r, 0);
+        double* crow = &A(r, 0);  // becomes c_ij (score-computation magnitude)
+        double* prow = &P(r, 0);
+        double* wrow = &W(r, 0);
+        for (int64_t j = 0; j < sk; ++j) {
+          double x = L.scale * srow[j], tp = 1;
+          const double a = std::fabs(L.scale) * crow[j];
+          if (p.softcap > 0) {
+            const double t = std::tanh(x / p.softcap);
+            x = p.softcap * t;
+            tp = 1 - t * t;
+          }
+          crow[j] = tp * a + (p.softcap > 0 ? std::fabs(x) : 0.0);
+          srow[j] = masked(i, j, sq, sk, L.left, L.right) ? kNegInf : x;
         }
-        R.lse_mag[li] = std::fabs(r.m) + std::log(r.l) + cm;
+        // Pass 1: max over the row and the sink.
+        double mr = p.has_sink ? sink[h] : kNegInf;
+        for (int64_t j = 0; j < sk; ++j) mr = std::max(mr, srow[j]);
+        m[r] = mr;
+        if (mr == kNegInf) {  // no visible key and no sink: O = 0, LSE = -inf, magnitudes 0
+          for (int64_t j = 0; j < sk; ++j) prow[j] = 0, wrow[j] = 0;
+          continue;
+        }
+        // Pass 2: the normaliser.
+        double lr = 0;
+        for (int64_t j = 0; j < sk; ++j) lr += (prow[j] = std::exp(srow[j] - mr));  // exp(-inf) = 0
+        if (p.has_sink) lr += std::exp(sink[h] - mr);
+        l[r] = lr;
+        // Pass 3: probabilities, and P o c for the score magnitudes.
+        double c = 0;
+        for (int64_t j = 0; j < sk; ++j) {
+          prow[j] /= lr;
+          wrow[j] = prow[j] == 0 ? 0.0 : prow[j] * crow[j];
+          c += wrow[j];
+        }
+        cm[r] = c;
+      }
+      O.setZero(tm, L.Dv), OM.setZero(tm, L.Dv), OS.setZero(tm, L.Dv);
+      if (sk > 0) {
+        const CMap V(vb, sk, L.Dv, Eigen::OuterStride<>(vs)), AV(avb, sk, L.Dv, Eigen::OuterStride<>(vs));
+        O.noalias() = P * V;    // o_ie = sum_j P_ij v_je
+        OM.noalias() = P * AV;  // o_mag
+        score_mag_tile(W.data(), sk, vb, vs, O.data(), OS.data(), tm, sk, L.Dv);
+      }
+      for (int64_t r = 0; r < tm; ++r) {
+        const int64_t i = i0 + r, li = L.lse_index(b, h, i);
+        if (m[r] == kNegInf) continue;  // O = 0, LSE = -inf, magnitudes 0 (as assigned)
+        R.lse[li] = m[r] + std::log(l[r]);
+        R.lse_mag[li] = std::fabs(m[r]) + std::log(l[r]) + cm[r];
+        const int64_t orow = (L.q_row(b, i) * L.Hq + h) * L.Dv;
+        for (int64_t e = 0; e < L.Dv; ++e)
+          R.o[orow + e] = O(r, e), R.o_mag[orow + e] = OM(r, e), R.o_score_mag[orow + e] = OS(r, e);
       }
     }
+  }
   return R;
 }
 

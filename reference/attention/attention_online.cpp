@@ -35,6 +35,77 @@ struct Bounds {
   }
 };
 
+// exp(x[c] - m) for c in [0, n) into y[0, n), and their sum in a fixed order (eight
+// lanes, combined pairwise), so the result does not depend on the ISA the clone runs on nor on the
+// thread count. Every lane does the same IEEE operations (no FMA contraction: -ffp-contract=off),
+// so the AVX-512 / AVX2 / SSE2 clones give identical bits (checked on 2^20 arguments).
+// exp: Cody-Waite reduction x = k ln2 + r (|r| <= ln2 / 2, ln2 split in fdlibm's hi / lo, k ln2hi
+// exact), Taylor polynomial to degree 13, Horner (truncation < 6e-18 relative), 2^k applied as
+// two exact power-of-two factors (subnormal results round once, at the second). Arguments are
+// <= 0 here; -inf (and anything below -746) gives exactly 0. Within 1 ulp of glibc's exp on [-746, 0]
+// (checked against it on 2^20 points incl. the subnormal range); the definitional form uses
+// std::exp, so the two forms do not share an exp implementation.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define ASSAY_ATTN_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define ASSAY_ATTN_CLONES
+#endif
+typedef double v8d __attribute__((vector_size(64)));
+typedef int64_t v8i __attribute__((vector_size(64)));
+typedef uint64_t v8u __attribute__((vector_size(64)));
+
+ASSAY_ATTN_CLONES
+double exp_row_sum(const double* x, double m, double* y, int64_t n) {
+  const double shifter = 0x1.8p52;
+  const v8d vshift = v8d{} + shifter, vlo = v8d{} - 746.0;
+  const v8i vi = (v8i)vshift;
+  v8d acc = v8d{};
+  for (int64_t c0 = 0; c0 < n; c0 += 16) {  // two independent vectors per step (the tail padded
+    v8d a[2], e[2];                          // with -inf, whose exp is exactly 0)
+    const int64_t cn = std::min<int64_t>(16, n - c0);
+    if (cn == 16) {
+      __builtin_memcpy(a, x + c0, sizeof a);
+    } else {
+      for (int64_t c = 0; c < 16; ++c) a[c / 8][c % 8] = c < cn ? x[c0 + c] : kNegInf;
+    }
+    for (int u = 0; u < 2; ++u) {
+      v8d z = a[u] - m;
+      z = z < vlo ? vlo : z;  // -inf (masked) and underflow: exp rounds to +0 below
+      const v8d t = z * 1.4426950408889634 + shifter;
+      const v8d kd = t - vshift;
+      const v8i ki = (v8i)t - vi;
+      const v8d r = (z - kd * 6.93147180369123816490e-01) - kd * 1.90821492927058770002e-10;
+      v8d p = r * (1.0 / 6227020800.0) + (1.0 / 479001600.0);  // sum_{n <= 13} r^n / n!, Horner
+      p = p * r + (1.0 / 39916800.0);
+      p = p * r + (1.0 / 3628800.0);
+      p = p * r + (1.0 / 362880.0);
+      p = p * r + (1.0 / 40320.0);
+      p = p * r + (1.0 / 5040.0);
+      p = p * r + (1.0 / 720.0);
+      p = p * r + (1.0 / 120.0);
+      p = p * r + (1.0 / 24.0);
+      p = p * r + (1.0 / 6.0);
+      p = p * r + 0.5;
+      p = p * r + 1.0;
+      p = p * r + 1.0;
+      const v8i k1 = (v8i)((v8u)(ki + 2048) >> 1) - 1024;  // floor(k / 2) without an arithmetic shift
+      const v8i k2 = ki - k1;
+      e[u] = (p * (v8d)((k1 + 1023) << 52)) * (v8d)((k2 + 1023) << 52);
+    }
+    acc = acc + e[0];
+    acc = acc + e[1];
+    if (cn == 16) {
+      __builtin_memcpy(y + c0, e, sizeof e);
+    } else {
+      for (int64_t c = 0; c < cn; ++c) y[c0 + c] = e[c / 8][c % 8];
+    }
+  }
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+// Row-major views of Q, K, V rows with a row stride (the rows of one head inside [.., H, D]).
+using CMap = Eigen::Map<const Mat, 0, Eigen::OuterStride<>>;
+
 struct Engine {
   const Params& p;
   const detail::Layout& L;
@@ -62,10 +133,33 @@ struct Engine {
     }
   }
 
+  // KV tile [j0, j0 + jn) as strided views straight into k / v when its keys are consecutive
+  // storage rows (dense, packed, or inside one page; all keys < sk), else gathered into Kt / Vt
+  // (a page boundary inside the tile, or the tail_unmasked mutant's zero rows).
+  std::pair<CMap, CMap> kv_tile(int64_t b, int64_t hk, int64_t j0, int64_t jn, Mat& Kt, Mat& Vt) const {
+    const bool in_range = j0 + jn <= L.sk[b];
+    const bool contiguous = L.kmode != detail::KMode::paged || j0 / L.page_size == (j0 + jn - 1) / L.page_size;
+    if (in_range && contiguous && jn > 0) {
+      const int64_t r = L.key_row(b, j0);
+      return {CMap(k.data() + (r * L.Hkv + hk) * L.D, jn, L.D, Eigen::OuterStride<>(L.Hkv * L.D)),
+              CMap(v.data() + (r * L.Hkv + hk) * L.Dv, jn, L.Dv, Eigen::OuterStride<>(L.Hkv * L.Dv))};
+    }
+    load_kv(b, hk, j0, jn, Kt, Vt);
+    return {CMap(Kt.data(), jn, L.D, Eigen::OuterStride<>(L.D)),
+            CMap(Vt.data(), jn, L.Dv, Eigen::OuterStride<>(L.Dv))};
+  }
+
+  // Rows [i0, i0 + tm) of query head h of sequence b (consecutive storage rows).
+  CMap q_tile(int64_t b, int64_t h, int64_t i0, int64_t tm) const {
+    return CMap(q.data() + (L.q_row(b, i0) * L.Hq + h) * L.D, tm, L.D, Eigen::OuterStride<>(L.Hq * L.D));
+  }
+
   // Scaled, softcapped, masked scores of rows [i0, i0 + tm) against tile [j0, j0 + jn); tp gets
   // tanh' (softcap only). lo / hi are the rows' visible ranges.
-  void scores(const Mat& Qb, const Mat& Kt, int64_t j0, const std::vector<int64_t>& lo,
+  template <class QM, class KM>
+  void scores(const QM& Qb, const KM& Kt, int64_t j0, const std::vector<int64_t>& lo,
               const std::vector<int64_t>& hi, int64_t sk, Mat& S, Mat* tp) const {
+    S.resize(Qb.rows(), Kt.rows());
     S.noalias() = Qb * Kt.transpose();
     S *= L.scale;
     if (p.softcap > 0) {
@@ -92,9 +186,9 @@ struct Engine {
   void run_tile(int64_t b, int64_t h, int64_t i0, int64_t tm, int64_t t0, int64_t t1, bool fold_sink,
                 double* o, double* lse) const {
     const int64_t sq = L.sq[b], sk = L.sk[b], hk = kv_head(h);
-    Mat Qb(tm, L.D), Kt, Vt, S, P, Acc = Mat::Zero(tm, L.Dv);
-    for (int64_t r = 0; r < tm; ++r)
-      Qb.row(r) = Eigen::Map<const Eigen::RowVectorXd>(q.data() + (L.q_row(b, i0 + r) * L.Hq + h) * L.D, L.D);
+    const CMap Qb = q_tile(b, h, i0, tm);
+    thread_local Mat Kt, Vt, S, P, Acc;
+    Acc.setZero(tm, L.Dv);
     std::vector<int64_t> lo(tm), hi(tm);
     int64_t n_min = std::numeric_limits<int64_t>::max(), n_max = 0;
     for (int64_t r = 0; r < tm; ++r) {
@@ -110,8 +204,8 @@ struct Engine {
     for (int64_t n = nb; n < ne; ++n) {
       const int64_t j0 = n * p.tile_n;
       const int64_t jn = p.mutant == Mutant::tail_unmasked ? p.tile_n : std::min(p.tile_n, sk - j0);
-      load_kv(b, hk, j0, jn, Kt, Vt);
-      scores(Qb, Kt, j0, lo, hi, sk, S, nullptr);
+      const auto [Kb, Vb] = kv_tile(b, hk, j0, jn, Kt, Vt);
+      scores(Qb, Kb, j0, lo, hi, sk, S, nullptr);
       P.resize(tm, jn);
       for (int64_t r = 0; r < tm; ++r) {
         const double m_new = no_max ? 0.0 : std::max(m[r], S.row(r).maxCoeff());
@@ -121,17 +215,21 @@ struct Engine {
         }
         const double alpha = std::exp(m[r] - m_new);  // 0 when m was -inf
         double rs = 0;
-        for (int64_t c = 0; c < jn; ++c) {
-          double e = std::exp(S(r, c) - m_new);
-          // The mutant models a kernel's fp32 exp: it overflows past FLT_MAX (scores > ~88.7).
-          if (no_max && e > std::numeric_limits<float>::max()) e = std::numeric_limits<double>::infinity();
-          rs += (P(r, c) = e);
+        if (no_max) {
+          for (int64_t c = 0; c < jn; ++c) {
+            double e = std::exp(S(r, c) - m_new);
+            // The mutant models a kernel's fp32 exp: it overflows past FLT_MAX (scores > ~88.7).
+            if (e > std::numeric_limits<float>::max()) e = std::numeric_limits<double>::infinity();
+            rs += (P(r, c) = e);
+          }
+        } else {
+          rs = exp_row_sum(&S(r, 0), m_new, &P(r, 0), jn);  // P = exp(S - m_new), rs = its row sum
         }
         l[r] = l[r] * alpha + rs;
-        if (p.mutant != Mutant::no_o_rescale) Acc.row(r) *= alpha;
+        if (p.mutant != Mutant::no_o_rescale && alpha != 1) Acc.row(r) *= alpha;
         m[r] = m_new;
       }
-      Acc.noalias() += P * Vt;
+      Acc.noalias() += P * Vb;
     }
     for (int64_t r = 0; r < tm; ++r) {
       double mr = m[r], lr = l[r];
@@ -177,9 +275,12 @@ ForwardResult forward_online(const Params& p, const std::vector<double>& q,
   R.o.assign(osz, 0), R.lse.assign(lsz, kNegInf);
   R.o_partial.assign(ns * osz, 0), R.lse_partial.assign(ns * lsz, kNegInf);
   const int64_t nw = static_cast<int64_t>(work.size());
+  // Work items are independent (each writes its own O rows / LSE values), so the result does not
+  // depend on the thread count or the schedule. Last tiles first: under causal masking they are
+  // the longest.
 #pragma omp parallel for schedule(dynamic)
   for (int64_t w = 0; w < nw; ++w) {
-    const auto& t = work[w];
+    const auto& t = work[nw - 1 - w];
     const int64_t n_tiles = (L.sk[t.b] + p.tile_n - 1) / p.tile_n;
     E.run_tile(t.b, t.h, t.i0, t.tm, 0, n_tiles, true, R.o.data(), R.lse.data());
     if (ns == 1) continue;  // the single split is the unsplit pass (copied below)
