@@ -41,9 +41,10 @@ target_link_libraries(assay_thirdparty INTERFACE fmt::fmt-header-only nlohmann_j
 
 # OpenBLAS under Eigen's dense products (EIGEN_USE_BLAS): Debian's OpenMP build
 # (libopenblas-openmp-dev), linked statically so binaries still need only libhdf5 and libgomp.
-# It is pinned to one thread (reference/core/tensor.cpp): its own threading gives different bits
-# at different thread counts, so every GEMM runs on its calling thread and the oracles parallelize
-# around their GEMMs. ASSAY_BLAS=OFF, or no OpenBLAS, falls back to Eigen's own GEMM.
+# Its threads are libgomp's: inside an oracle's `omp parallel` region a GEMM runs on the calling
+# thread, outside it uses the OpenMP pool. A GEMM's result does not depend on the thread count
+# (OpenBLAS splits the M and N dimensions, never the K reduction). ASSAY_BLAS=OFF, or no
+# OpenBLAS, falls back to Eigen's own GEMM.
 option(ASSAY_BLAS "Use OpenBLAS (OpenMP build) under Eigen's products" ON)
 set(ASSAY_BLAS_BACKEND "Eigen")
 if(ASSAY_BLAS)

@@ -11,24 +11,7 @@
 
 #include "reference/core/check.h"
 
-#if defined(ASSAY_HAVE_OPENBLAS)
-extern "C" void openblas_set_num_threads(int);
-#endif
-
 namespace assay {
-
-#if defined(ASSAY_HAVE_OPENBLAS)
-namespace {
-// OpenBLAS's own threading splits a GEMM differently at different thread counts when it is called
-// outside a parallel region (measured: different bits at 1 and 2 threads), so every GEMM runs on
-// the calling thread and the oracles parallelize around their GEMMs: results do not depend on the
-// thread count. Pinned once, before main (this file is linked into every binary that runs an oracle).
-const bool kBlasPinned = [] {
-  openblas_set_num_threads(1);
-  return true;
-}();
-}  // namespace
-#endif
 
 int64_t numel(const Shape& s) {
   int64_t n = 1;
