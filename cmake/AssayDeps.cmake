@@ -42,9 +42,10 @@ target_link_libraries(assay_thirdparty INTERFACE fmt::fmt-header-only nlohmann_j
 # OpenBLAS under Eigen's dense products (EIGEN_USE_BLAS): Debian's OpenMP build
 # (libopenblas-openmp-dev), linked statically so binaries still need only libhdf5 and libgomp.
 # Its threads are libgomp's: inside an oracle's `omp parallel` region a GEMM runs on the calling
-# thread, outside it uses the OpenMP pool. A GEMM's result does not depend on the thread count
-# (OpenBLAS splits the M and N dimensions, never the K reduction). ASSAY_BLAS=OFF, or no
-# OpenBLAS, falls back to Eigen's own GEMM.
+# thread, outside it uses the whole OpenMP pool, and then its bits can depend on the thread count.
+# So the oracles call their GEMMs inside their parallel regions (over batch, head, chunk or tile),
+# and `gen --check` at 1 and N threads checks that results do not depend on the thread count.
+# ASSAY_BLAS=OFF, or no OpenBLAS, falls back to Eigen's own GEMM.
 option(ASSAY_BLAS "Use OpenBLAS (OpenMP build) under Eigen's products" ON)
 set(ASSAY_BLAS_BACKEND "Eigen")
 if(ASSAY_BLAS)
