@@ -5,8 +5,9 @@
 // scan writing RawGrads (gradients w.r.t. the TRANSFORMED inputs: hat-q / hat-k summed over the
 // HV/H value heads of a group, the effective log decay, the effective beta), then finish_backward
 // (the l2norm, in-kernel gate and beta chains back to the raw inputs).
-// GVA reduction: both scans run one job per (sequence, q/k head) and visit its value heads in turn,
-// so dq / dk of a group accumulate without races.
+// GVA reduction: the recurrent scan runs one job per (sequence, q/k head); the chunked form's
+// gradient pass runs one job per (chunk, q/k head); both visit the value heads of the group in
+// turn, so dq / dk of a group accumulate without races and in a fixed order.
 #pragma once
 #include <cstdint>
 #include <vector>
