@@ -4,13 +4,12 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#if defined(__linux__)
-#include <sys/mman.h>
-#endif
 #include <memory>
 #include <string>
 
 #include <Eigen/Dense>
+
+#include "reference/core/prefault.h"
 
 #include "reference/core/check.h"
 #include "reference/gated_delta/gated_delta_state.h"
@@ -65,29 +64,6 @@ using Vec = Eigen::VectorXd;
 // Loops over fewer elements than this stay on the calling thread (a parallel region costs more
 // than they do). Only the speed depends on it: every element is computed the same way either way.
 constexpr int64_t kParallelMin = int64_t{1} << 16;
-
-// n zeros in a std::vector whose pages all threads fault in first (MADV_POPULATE_WRITE on 2 MiB
-// slices; a hint, ignored where unsupported), then zero-filled as usual. First-touching hundreds
-// of MB of fresh pages from one thread is otherwise the serial part of the chunked forms.
-std::vector<double> zeros_prefaulted(size_t n) {
-  std::vector<double> v;
-  v.reserve(n);
-#if defined(__linux__) && defined(MADV_POPULATE_WRITE)
-  constexpr uintptr_t kPage = 4096, kSlice = uintptr_t{2} << 20;
-  const auto base = reinterpret_cast<uintptr_t>(v.data());
-  const uintptr_t lo = (base + kPage - 1) & ~(kPage - 1), hi = (base + n * sizeof(double)) & ~(kPage - 1);
-  if (hi > lo + 4 * kSlice) {
-    const auto slices = static_cast<int64_t>((hi - lo + kSlice - 1) / kSlice);
-#pragma omp parallel for schedule(static)
-    for (int64_t s = 0; s < slices; ++s) {
-      const uintptr_t a = lo + static_cast<uintptr_t>(s) * kSlice;
-      madvise(reinterpret_cast<void*>(a), std::min(kSlice, hi - a), MADV_POPULATE_WRITE);
-    }
-  }
-#endif
-  v.resize(n);
-  return v;
-}
 
 bool all_finite(const std::vector<double>& x) {
   const auto n = static_cast<int64_t>(x.size());

@@ -1,4 +1,5 @@
 // Mamba-3 SISO backward oracle: see mamba3_backward.h for the contract and the adjoint equations.
+#include "reference/mamba3/mamba3_backward_internal.h"
 #include "reference/mamba3/mamba3_backward.h"
 
 #include <algorithm>
@@ -18,10 +19,7 @@ using detail::Problem;
 double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
 void check_upstream(const std::vector<double>& x, int64_t n, bool allow_empty, const char* name) {
-  ASSAY_INPUT_CHECK((allow_empty && x.empty()) || static_cast<int64_t>(x.size()) == n,
-                    "mamba3 backward: {} has {} values, expected {}{}", name, x.size(), n,
-                    allow_empty ? " or none" : "");
-  for (double e : x) ASSAY_INPUT_CHECK(std::isfinite(e), "mamba3 backward: {} not finite", name);
+  detail::check_upstream("mamba3 backward", x, n, allow_empty, name);
 }
 
 // Rotation by phi (adjacent pairs (2i, 2i+1), i < S), the forward's operations in the same order.
@@ -67,18 +65,7 @@ void run_one(const Problem& pb, int64_t n, int64_t h, const std::vector<double>&
   const double Dh = pb.d ? pb.d[h] : 0.0;
   auto Vp = [&](int64_t tl) { return pb.v + pb.iv(b, t0 + tl, h); };  // raw V of token tl
   auto ix = [&](int64_t tl) { return pb.ibht(b, h, t0 + tl); };
-  struct Coef {
-    double lam, alpha, beta, gamma;
-  };
-  auto coef = [&](int64_t tl) {
-    const double dtv = pb.dt[ix(tl)];
-    Coef c;
-    c.lam = sigmoid(pb.trap[ix(tl)]);
-    c.alpha = std::exp(pb.adt[ix(tl)]);
-    c.beta = (1.0 - c.lam) * dtv * c.alpha;
-    c.gamma = c.lam * dtv;
-    return c;
-  };
+  auto coef = [&](int64_t tl) { return detail::trap_coef(pb.trap[ix(tl)], pb.adt[ix(tl)], pb.dt[ix(tl)]); };
 
   // Initial states (or zeros).
   std::vector<double> phi0(S, 0.0), H0(PN, 0.0), k0(N, 0.0), v0(P, 0.0);
@@ -116,7 +103,7 @@ void run_one(const Problem& pb, int64_t n, int64_t h, const std::vector<double>&
       rotate(&phi[tl * S], S, &qr[tl * N]);
       rotate(&phi[tl * S], S, &kr[tl * N]);
       if (tl % Q == 0) std::copy(Hs.begin(), Hs.end(), ck.begin() + (tl / Q) * PN);
-      const Coef c = coef(tl);
+      const detail::TrapCoef c = coef(tl);
       state_update(Hs.data(), P, N, c.alpha, c.beta, c.gamma, vprev_of(tl), kprev_of(kr, tl), Vp(tl), &kr[tl * N]);
     }
   }
@@ -136,7 +123,7 @@ void run_one(const Problem& pb, int64_t n, int64_t h, const std::vector<double>&
     for (int64_t tl = c0; tl < c1; ++tl) {
       double* Hn = &Hbuf[(tl - c0 + 1) * PN];
       std::copy_n(&Hbuf[(tl - c0) * PN], PN, Hn);
-      const Coef cf = coef(tl);
+      const detail::TrapCoef cf = coef(tl);
       state_update(Hn, P, N, cf.alpha, cf.beta, cf.gamma, vprev_of(tl), kprev_of(kr, tl), Vp(tl), &kr[tl * N]);
     }
     for (int64_t tl = c1 - 1; tl >= c0; --tl) {
@@ -149,7 +136,7 @@ void run_one(const Problem& pb, int64_t n, int64_t h, const std::vector<double>&
       const double* q = &qr[tl * N];
       const double* k = &kr[tl * N];
       const double* dO = &d_out[pb.iv(b, t, h)];
-      const Coef cf = coef(tl);
+      const detail::TrapCoef cf = coef(tl);
       const double dtv = pb.dt[ix(tl)];
 
       // Gate. y recomputed as the forward does (acc over j, + D V).
@@ -246,22 +233,7 @@ SisoGrads backward_siso_recurrent(const SisoParams& p, const SisoInputs& in, con
   check_upstream(dfinal.d_k, NS * H * N, true, "d_k (final_k)");
   check_upstream(dfinal.d_v, NS * H * P, true, "d_v (final_v)");
 
-  SisoGrads gr;
-  gr.dq.assign(in.q.size(), 0.0);
-  gr.dk.assign(in.k.size(), 0.0);
-  gr.dv.assign(in.v.size(), 0.0);
-  gr.dadt.assign(in.adt.size(), 0.0);
-  gr.ddt.assign(in.dt.size(), 0.0);
-  gr.dtrap.assign(in.trap.size(), 0.0);
-  gr.dq_bias.assign(in.q_bias.size(), 0.0);
-  gr.dk_bias.assign(in.k_bias.size(), 0.0);
-  gr.dangles.assign(in.angles.size(), 0.0);
-  gr.dd.assign(in.d.size(), 0.0);
-  gr.dz.assign(in.z.size(), 0.0);
-  gr.dangle_state.assign(in.angle_state.size(), 0.0);
-  gr.dssm_state.assign(in.ssm_state.size(), 0.0);
-  gr.dk_state.assign(in.k_state.size(), 0.0);
-  gr.dv_state.assign(in.v_state.size(), 0.0);
+  SisoGrads gr = detail::zero_siso_grads(in);
   // Serial over (sequence, head): dq / dk accumulate over the heads of a group, and dq_bias / dk_bias /
   // dd over the sequences of a head, always in this fixed order (deterministic).
   for (int64_t n = 0; n < NS; ++n)

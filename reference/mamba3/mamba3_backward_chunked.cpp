@@ -10,6 +10,7 @@
 #include <Eigen/Dense>
 
 #include "reference/core/check.h"
+#include "reference/mamba3/mamba3_backward_internal.h"
 #include "reference/mamba3/mamba3_backward.h"
 #include "reference/mamba3/mamba3_internal.h"
 
@@ -24,10 +25,7 @@ using Mat = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajo
 double sigmoid_t(double x) { return 0.5 * (1.0 + std::tanh(0.5 * x)); }
 
 void check_upstream_b(const std::vector<double>& x, int64_t n, bool allow_empty, const char* name) {
-  ASSAY_INPUT_CHECK((allow_empty && x.empty()) || static_cast<int64_t>(x.size()) == n,
-                    "mamba3 chunked backward: {} has {} values, expected {}{}", name, x.size(), n,
-                    allow_empty ? " or none" : "");
-  for (double e : x) ASSAY_INPUT_CHECK(std::isfinite(e), "mamba3 chunked backward: {} not finite", name);
+  detail::check_upstream("mamba3 chunked backward", x, n, allow_empty, name);
 }
 
 // What one (sequence, head) contributes to gradients shared with other work items (added in a
@@ -331,22 +329,7 @@ SisoGrads backward_siso_chunked(const SisoParams& p, const SisoInputs& in, const
 
   const Result fw = siso_chunked(p, in);  // folded chunk-start states and the pre-gate output
 
-  SisoGrads gr;
-  gr.dq.assign(in.q.size(), 0.0);
-  gr.dk.assign(in.k.size(), 0.0);
-  gr.dv.assign(in.v.size(), 0.0);
-  gr.dadt.assign(in.adt.size(), 0.0);
-  gr.ddt.assign(in.dt.size(), 0.0);
-  gr.dtrap.assign(in.trap.size(), 0.0);
-  gr.dq_bias.assign(in.q_bias.size(), 0.0);
-  gr.dk_bias.assign(in.k_bias.size(), 0.0);
-  gr.dangles.assign(in.angles.size(), 0.0);
-  gr.dd.assign(in.d.size(), 0.0);
-  gr.dz.assign(in.z.size(), 0.0);
-  gr.dangle_state.assign(in.angle_state.size(), 0.0);
-  gr.dssm_state.assign(in.ssm_state.size(), 0.0);
-  gr.dk_state.assign(in.k_state.size(), 0.0);
-  gr.dv_state.assign(in.v_state.size(), 0.0);
+  SisoGrads gr = detail::zero_siso_grads(in);
   int64_t ncmax = 0;
   for (int64_t n = 0; n < NS; ++n) ncmax = std::max(ncmax, pb.chunk_off[n + 1] - pb.chunk_off[n]);
   gr.dchunk_count = ncmax;

@@ -1,4 +1,5 @@
 // Mamba-3 MIMO backward oracle: see mamba3_backward_mimo.h for the contract and the adjoint equations.
+#include "reference/mamba3/mamba3_backward_internal.h"
 #include "reference/mamba3/mamba3_backward_mimo.h"
 
 #include <algorithm>
@@ -19,10 +20,7 @@ using detail::Problem;
 double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
 void check_upstream(const std::vector<double>& x, int64_t n, bool allow_empty, const char* name) {
-  ASSAY_INPUT_CHECK((allow_empty && x.empty()) || static_cast<int64_t>(x.size()) == n,
-                    "mamba3 mimo backward: {} has {} values, expected {}{}", name, x.size(), n,
-                    allow_empty ? " or none" : "");
-  for (double e : x) ASSAY_INPUT_CHECK(std::isfinite(e), "mamba3 mimo backward: {} not finite", name);
+  detail::check_upstream("mamba3 mimo backward", x, n, allow_empty, name);
 }
 
 // The two dims of rotation pair i.
@@ -91,18 +89,7 @@ void run_one(const Problem& pb, int64_t n, int64_t h, const std::vector<double>&
   const double* nw = pb.norm_w ? pb.norm_w + h * P : nullptr;
   auto Vp = [&](int64_t tl) { return pb.v + pb.iv(b, t0 + tl, h); };  // raw V of token tl
   auto ix = [&](int64_t tl) { return pb.ibht(b, h, t0 + tl); };
-  struct Coef {
-    double lam, alpha, beta, gamma;
-  };
-  auto coef = [&](int64_t tl) {
-    const double dtv = pb.dt[ix(tl)];
-    Coef c;
-    c.lam = sigmoid(pb.trap[ix(tl)]);
-    c.alpha = std::exp(pb.adt[ix(tl)]);
-    c.beta = (1.0 - c.lam) * dtv * c.alpha;
-    c.gamma = c.lam * dtv;
-    return c;
-  };
+  auto coef = [&](int64_t tl) { return detail::trap_coef(pb.trap[ix(tl)], pb.adt[ix(tl)], pb.dt[ix(tl)]); };
 
   // Initial states (or zeros).
   std::vector<double> phi0(S, 0.0), H0(PN, 0.0), k0(RN, 0.0), v0(P, 0.0);
@@ -152,7 +139,7 @@ void run_one(const Problem& pb, int64_t n, int64_t h, const std::vector<double>&
         rotate(pb, &phi[tl * S], kx);
       }
       if (tl % Q == 0) std::copy(Hs.begin(), Hs.end(), ck.begin() + (tl / Q) * PN);
-      const Coef c = coef(tl);
+      const detail::TrapCoef c = coef(tl);
       up_v(Vp(tl), vcur.data());
       up_v(vprev_raw(tl), vprev.data());
       state_update(Hs.data(), P, N, R, c.alpha, c.beta, c.gamma, vprev.data(), kprev_of(kr, tl), vcur.data(),
@@ -177,7 +164,7 @@ void run_one(const Problem& pb, int64_t n, int64_t h, const std::vector<double>&
     for (int64_t tl = c0; tl < c1; ++tl) {
       double* Hn = &Hbuf[(tl - c0 + 1) * PN];
       std::copy_n(&Hbuf[(tl - c0) * PN], PN, Hn);
-      const Coef cf = coef(tl);
+      const detail::TrapCoef cf = coef(tl);
       up_v(Vp(tl), vcur.data());
       up_v(vprev_raw(tl), vprev.data());
       state_update(Hn, P, N, R, cf.alpha, cf.beta, cf.gamma, vprev.data(), kprev_of(kr, tl), vcur.data(),
@@ -194,7 +181,7 @@ void run_one(const Problem& pb, int64_t n, int64_t h, const std::vector<double>&
       const double* kprev = kprev_of(kr, tl);
       const double* q = &qr[tl * RN];
       const double* k = &kr[tl * RN];
-      const Coef cf = coef(tl);
+      const detail::TrapCoef cf = coef(tl);
       const double dtv = pb.dt[ix(tl)];
       const double* Zt = pb.z ? pb.z + pb.iv(b, t, h) : nullptr;
 

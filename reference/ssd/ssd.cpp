@@ -45,7 +45,7 @@ struct Dims {
 constexpr int64_t kParallelMin = int64_t{1} << 16;
 
 std::vector<double> abs_of(const std::vector<double>& v) {
-  std::vector<double> r = detail::zeros_prefaulted(v.size());
+  std::vector<double> r = zeros_prefaulted(v.size());
   const auto n = static_cast<int64_t>(v.size());
 #pragma omp parallel for schedule(static) if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) r[i] = std::fabs(v[i]);
@@ -174,9 +174,9 @@ void chunked_core(const Inputs& in, const Dims& d, const std::vector<double>& de
   const bool par = d.B * d.T * d.H * (d.P + d.N) >= kParallelMin;  // pass 2 (no GEMM)
   for (const ChunkSet& s : sets) {
     Core& r = *s.r;
-    r.y = detail::zeros_prefaulted(d.B * d.T * d.H * d.P);
+    r.y = zeros_prefaulted(d.B * d.T * d.H * d.P);
     r.fin.assign(d.B * d.H * PN, 0.0);
-    r.cs = detail::zeros_prefaulted(d.B * d.NC * d.H * PN);
+    r.cs = zeros_prefaulted(d.B * d.NC * d.H * PN);
     r.vs.assign(num_seqs(in) * d.H * PN, 0.0);
   }
   auto group = [&](int64_t h) { return m == Mutant::group_mod ? h % d.G : h / hpg; };

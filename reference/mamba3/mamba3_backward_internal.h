@@ -1,0 +1,48 @@
+// Private to reference/mamba3/: what the three backward oracles share (mamba3_backward.cpp:
+// SISO recurrent, mamba3_backward_chunked.cpp: SISO chunked, mamba3_backward_mimo.cpp: MIMO).
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "reference/core/check.h"
+#include "reference/mamba3/mamba3_backward.h"
+
+namespace assay::mamba3::detail {
+
+// Throws InputError (naming `who` and the tensor) unless x holds n finite values (or none, where
+// allowed: an absent upstream gradient is 0).
+inline void check_upstream(const char* who, const std::vector<double>& x, int64_t n, bool allow_empty,
+                           const char* name) {
+  ASSAY_INPUT_CHECK((allow_empty && x.empty()) || static_cast<int64_t>(x.size()) == n,
+                    "{}: {} has {} values, expected {}{}", who, name, x.size(), n, allow_empty ? " or none" : "");
+  for (double e : x) ASSAY_INPUT_CHECK(std::isfinite(e), "{}: {} not finite", who, name);
+}
+
+// The trapezoid coefficients of one token: lam = sigmoid(Trap), alpha = exp(ADT),
+// beta = (1 - lam) DT alpha (the shifted term), gamma = lam DT (the current term).
+struct TrapCoef {
+  double lam, alpha, beta, gamma;
+};
+inline TrapCoef trap_coef(double trap, double adt, double dt) {
+  TrapCoef c;
+  c.lam = 1.0 / (1.0 + std::exp(-trap));
+  c.alpha = std::exp(adt);
+  c.beta = (1.0 - c.lam) * dt * c.alpha;
+  c.gamma = c.lam * dt;
+  return c;
+}
+
+// SISO gradients sized like their inputs, all zero (empty where the input is).
+inline SisoGrads zero_siso_grads(const SisoInputs& in) {
+  SisoGrads gr;
+  for (auto [g, x] : {std::pair{&gr.dq, &in.q}, {&gr.dk, &in.k}, {&gr.dv, &in.v}, {&gr.dadt, &in.adt},
+                      {&gr.ddt, &in.dt}, {&gr.dtrap, &in.trap}, {&gr.dq_bias, &in.q_bias},
+                      {&gr.dk_bias, &in.k_bias}, {&gr.dangles, &in.angles}, {&gr.dd, &in.d}, {&gr.dz, &in.z},
+                      {&gr.dangle_state, &in.angle_state}, {&gr.dssm_state, &in.ssm_state},
+                      {&gr.dk_state, &in.k_state}, {&gr.dv_state, &in.v_state}})
+    g->assign(x->size(), 0.0);
+  return gr;
+}
+
+}  // namespace assay::mamba3::detail
