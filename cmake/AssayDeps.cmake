@@ -59,7 +59,10 @@ if(ASSAY_BLAS)
     add_library(assay_openblas STATIC IMPORTED)
     set_target_properties(assay_openblas PROPERTIES IMPORTED_LOCATION ${ASSAY_OPENBLAS_LIB}
                           INTERFACE_LINK_LIBRARIES "gomp;m;pthread")
-    target_link_libraries(assay_thirdparty INTERFACE assay_openblas)
+    # Installed packages (cmake/AssayInstall.cmake) name the archive itself and libgomp: an
+    # imported target does not travel with the export.
+    target_link_libraries(assay_thirdparty INTERFACE $<BUILD_INTERFACE:assay_openblas>
+                          $<INSTALL_INTERFACE:${ASSAY_OPENBLAS_LIB}> $<INSTALL_INTERFACE:gomp>)
     target_include_directories(assay_thirdparty SYSTEM INTERFACE ${ASSAY_OPENBLAS_INCLUDE})
     target_compile_definitions(assay_thirdparty INTERFACE $<$<COMPILE_LANGUAGE:CXX>:EIGEN_USE_BLAS>
                                $<$<COMPILE_LANGUAGE:CXX>:ASSAY_HAVE_OPENBLAS=1>)
