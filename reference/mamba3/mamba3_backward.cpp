@@ -18,9 +18,6 @@ using detail::Problem;
 
 double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
-void check_upstream(const std::vector<double>& x, int64_t n, bool allow_empty, const char* name) {
-  detail::check_upstream("mamba3 backward", x, n, allow_empty, name);
-}
 
 // Rotation by phi (adjacent pairs (2i, 2i+1), i < S), the forward's operations in the same order.
 void rotate(const double* phi, int64_t S, double* x) {
@@ -90,11 +87,7 @@ void run_one(const Problem& pb, int64_t n, int64_t h, const std::vector<double>&
       const double dtv = pb.dt[ix(tl)];
       for (int64_t s = 0; s < S; ++s) {
         const double th = kPi * std::tanh(pb.angles[pb.iang(b, t, h) + s]) * dtv;
-        double sum, e;
-        detail::two_sum(acc_hi[s], th, sum, e);
-        acc_hi[s] = sum;
-        acc_lo[s] += e;
-        phi[tl * S + s] = detail::reduce_2pi(acc_hi[s], acc_lo[s]);
+        phi[tl * S + s] = detail::advance_angle(acc_hi[s], acc_lo[s], th);
       }
       for (int64_t j = 0; j < N; ++j) {
         qr[tl * N + j] = pb.q[pb.iqk(b, t, 0, g) + j] + pb.q_bias[h * N + j];
@@ -226,12 +219,8 @@ void run_one(const Problem& pb, int64_t n, int64_t h, const std::vector<double>&
 SisoGrads backward_siso_recurrent(const SisoParams& p, const SisoInputs& in, const std::vector<double>& d_out,
                                   const SisoFinalGrads& dfinal) {
   const Problem pb = detail::make_problem(p, in);  // validates every input as the forward does
-  const int64_t NS = pb.NS(), H = pb.H, N = pb.N, P = pb.P, S = pb.S;
-  check_upstream(d_out, pb.B * pb.T * H * P, false, "d_out");
-  check_upstream(dfinal.d_angle, NS * H * S, true, "d_angle (final_angle)");
-  check_upstream(dfinal.d_ssm, NS * H * P * N, true, "d_ssm (final_ssm)");
-  check_upstream(dfinal.d_k, NS * H * N, true, "d_k (final_k)");
-  check_upstream(dfinal.d_v, NS * H * P, true, "d_v (final_v)");
+  detail::check_siso_upstream("mamba3 backward", pb, d_out, dfinal);
+  const int64_t NS = pb.NS(), H = pb.H;
 
   SisoGrads gr = detail::zero_siso_grads(in);
   // Serial over (sequence, head): dq / dk accumulate over the heads of a group, and dq_bias / dk_bias /

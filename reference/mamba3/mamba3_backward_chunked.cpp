@@ -24,9 +24,6 @@ using Mat = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajo
 
 double sigmoid_t(double x) { return 0.5 * (1.0 + std::tanh(0.5 * x)); }
 
-void check_upstream_b(const std::vector<double>& x, int64_t n, bool allow_empty, const char* name) {
-  detail::check_upstream("mamba3 chunked backward", x, n, allow_empty, name);
-}
 
 // What one (sequence, head) contributes to gradients shared with other work items (added in a
 // fixed order by the caller): dq / dk of its tokens (the group's slice), the biases and dD.
@@ -320,12 +317,8 @@ void run_one(const Problem& pb, const Result& fw, int64_t n, int64_t h, const st
 SisoGrads backward_siso_chunked(const SisoParams& p, const SisoInputs& in, const std::vector<double>& d_out,
                                 const SisoFinalGrads& dfinal) {
   const Problem pb = detail::make_problem(p, in);  // validates every input as the forward does
-  const int64_t NS = pb.NS(), H = pb.H, N = pb.N, P = pb.P, S = pb.S;
-  check_upstream_b(d_out, pb.B * pb.T * H * P, false, "d_out");
-  check_upstream_b(dfinal.d_angle, NS * H * S, true, "d_angle (final_angle)");
-  check_upstream_b(dfinal.d_ssm, NS * H * P * N, true, "d_ssm (final_ssm)");
-  check_upstream_b(dfinal.d_k, NS * H * N, true, "d_k (final_k)");
-  check_upstream_b(dfinal.d_v, NS * H * P, true, "d_v (final_v)");
+  detail::check_siso_upstream("mamba3 chunked backward", pb, d_out, dfinal);
+  const int64_t NS = pb.NS(), H = pb.H, N = pb.N, P = pb.P;
 
   const Result fw = siso_chunked(p, in);  // folded chunk-start states and the pre-gate output
 

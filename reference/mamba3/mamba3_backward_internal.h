@@ -7,6 +7,7 @@
 
 #include "reference/core/check.h"
 #include "reference/mamba3/mamba3_backward.h"
+#include "reference/mamba3/mamba3_internal.h"
 
 namespace assay::mamba3::detail {
 
@@ -17,6 +18,27 @@ inline void check_upstream(const char* who, const std::vector<double>& x, int64_
   ASSAY_INPUT_CHECK((allow_empty && x.empty()) || static_cast<int64_t>(x.size()) == n,
                     "{}: {} has {} values, expected {}{}", who, name, x.size(), n, allow_empty ? " or none" : "");
   for (double e : x) ASSAY_INPUT_CHECK(std::isfinite(e), "{}: {} not finite", who, name);
+}
+
+// Every upstream gradient of a SISO backward (both forms), checked by check_upstream.
+inline void check_siso_upstream(const char* who, const Problem& pb, const std::vector<double>& d_out,
+                                const SisoFinalGrads& dfinal) {
+  const int64_t NS = pb.NS(), H = pb.H, N = pb.N, P = pb.P, S = pb.S;
+  check_upstream(who, d_out, pb.B * pb.T * H * P, false, "d_out");
+  check_upstream(who, dfinal.d_angle, NS * H * S, true, "d_angle (final_angle)");
+  check_upstream(who, dfinal.d_ssm, NS * H * P * N, true, "d_ssm (final_ssm)");
+  check_upstream(who, dfinal.d_k, NS * H * N, true, "d_k (final_k)");
+  check_upstream(who, dfinal.d_v, NS * H * P, true, "d_v (final_v)");
+}
+
+// One token of the step forward's angle recurrence, recomputed bit-identically by the recurrent
+// backwards: the compensated running sum (hi, lo) of theta = pi tanh(Angles) DT, reduced mod 2pi.
+inline double advance_angle(double& hi, double& lo, double theta) {
+  double sum, e;
+  two_sum(hi, theta, sum, e);
+  hi = sum;
+  lo += e;
+  return reduce_2pi(hi, lo);
 }
 
 // The trapezoid coefficients of one token: lam = sigmoid(Trap), alpha = exp(ADT),

@@ -120,11 +120,7 @@ void run_one(const Problem& pb, int64_t n, int64_t h, const std::vector<double>&
       const double dtv = pb.dt[ix(tl)];
       for (int64_t s = 0; s < S; ++s) {
         const double th = kPi * std::tanh(pb.angles[pb.iang(b, t, h) + s]) * dtv;
-        double sum, e;
-        detail::two_sum(acc_hi[s], th, sum, e);
-        acc_hi[s] = sum;
-        acc_lo[s] += e;
-        phi[tl * S + s] = detail::reduce_2pi(acc_hi[s], acc_lo[s]);
+        phi[tl * S + s] = detail::advance_angle(acc_hi[s], acc_lo[s], th);
       }
       for (int64_t r = 0; r < R; ++r) {
         const double* Qv = pb.q + pb.iqk(b, t, r, g);
