@@ -23,6 +23,8 @@ const TensorSpec* KernelCase::input(std::string_view n) const { return by_name(i
 const TensorSpec* KernelCase::output(std::string_view n) const { return by_name(outputs, n); }
 const DevTensor* LaunchContext::input(std::string_view n) const { return by_name(inputs, n); }
 const DevTensor* LaunchContext::output(std::string_view n) const { return by_name(outputs, n); }
+const TensorSpec* KernelCase::intermediate(std::string_view n) const { return by_name(intermediates, n); }
+const DevTensor* LaunchContext::intermediate(std::string_view n) const { return by_name(intermediates, n); }
 
 namespace {
 std::mutex g_mu;
@@ -84,7 +86,7 @@ struct CaseView {
   std::vector<std::vector<int64_t>> shapes;
   std::vector<std::vector<std::string>> axes;
   std::vector<std::vector<const char*>> axes_c;
-  std::vector<assay_tensor> ins, outs;
+  std::vector<assay_tensor> ins, outs, inters;
   assay_case c{};
 
   static int get_int(const assay_case* c, const char* key, int64_t* out) {
@@ -149,7 +151,7 @@ struct CaseView {
       axes_c.emplace_back();
       for (auto& s : a) axes_c.back().push_back(s.c_str());
     }
-    for (auto* v : {&ins, &outs})
+    for (auto* v : {&ins, &outs, &inters})
       for (auto& t : *v) {
         t.name = names[k].c_str();
         t.dtype = dtypes[k].c_str();
@@ -170,6 +172,8 @@ struct CaseView {
     c.fields_toml = fields_toml.c_str();
     c.get_string = &CaseView::get_string;
     c.get_list = &CaseView::get_list;
+    c.n_intermediates = static_cast<int32_t>(inters.size());
+    c.intermediates = inters.empty() ? nullptr : inters.data();
   }
   void set_case(const KernelCase& kc) {
     op = kc.op;
@@ -185,6 +189,7 @@ std::unique_ptr<CaseView> view_of(const KernelCase& kc) {
   v->set_case(kc);
   for (const auto& t : kc.inputs) v->add(v->ins, t.name, t.axes, t.shape, t.dtype, nullptr);
   for (const auto& t : kc.outputs) v->add(v->outs, t.name, t.axes, t.shape, t.dtype, nullptr);
+  for (const auto& t : kc.intermediates) v->add(v->inters, t.name, t.axes, t.shape, t.dtype, nullptr);
   v->finish();
   return v;
 }
@@ -196,6 +201,7 @@ std::unique_ptr<CaseView> view_of(const LaunchContext& ctx) {
   v->fields_toml = ctx.params.str();
   for (const auto& t : ctx.inputs) v->add(v->ins, t.name, t.axes, t.shape, t.dtype, t.data);
   for (const auto& t : ctx.outputs) v->add(v->outs, t.name, t.axes, t.shape, t.dtype, t.data);
+  for (const auto& t : ctx.intermediates) v->add(v->inters, t.name, t.axes, t.shape, t.dtype, t.data);
   v->finish();
   return v;
 }
@@ -215,8 +221,10 @@ std::vector<std::string> load_plugin(const std::string& path) {
   if (p->abi_version < 1u || p->abi_version > ASSAY_PLUGIN_ABI_VERSION)
     throw InputError(fmt::format("{}: plugin ABI version {} (this assay reads 1 to {})", path, p->abi_version,
                                  ASSAY_PLUGIN_ABI_VERSION));
-  // Version 1's assay_kernel is version 2's without the trailing precision_profile.
-  const size_t kstride = p->abi_version == 1u ? offsetof(assay_kernel, precision_profile) : sizeof(assay_kernel);
+  // Version 1's assay_kernel ends before precision_profile, versions 2 and 3 before intermediates.
+  const size_t kstride = p->abi_version == 1u   ? offsetof(assay_kernel, precision_profile)
+                         : p->abi_version <= 3u ? offsetof(assay_kernel, intermediates)
+                                                : sizeof(assay_kernel);
   if (p->struct_size < sizeof(assay_plugin))
     throw InputError(fmt::format("{}: plugin table is {} bytes, expected >= {}", path, p->struct_size, sizeof(assay_plugin)));
   if (p->n_kernels < 0 || (p->n_kernels > 0 && !p->kernels))
@@ -233,6 +241,17 @@ std::vector<std::string> load_plugin(const std::string& path) {
     d.source = path;
     d.deterministic = (k->flags & ASSAY_KERNEL_NONDETERMINISTIC) == 0;
     if (p->abi_version >= 2u && k->precision_profile && *k->precision_profile) d.profile = k->precision_profile;
+    if (p->abi_version >= 4u && k->n_intermediates > 0) {
+      if (!k->intermediates)
+        throw InputError(fmt::format("{}: kernel '{}' declares {} intermediates without a table", path, k->name, k->n_intermediates));
+      std::vector<std::string> inter;
+      for (int32_t j = 0; j < k->n_intermediates; ++j) {
+        if (!k->intermediates[j] || !*k->intermediates[j])
+          throw InputError(fmt::format("{}: kernel '{}': intermediate name #{} is empty", path, k->name, j));
+        inter.emplace_back(k->intermediates[j]);
+      }
+      d.intermediates = std::move(inter);
+    }
     d.can_implement = [k](const KernelCase& kc) -> Support {
       if (!k->can_implement) return {};
       auto v = view_of(kc);

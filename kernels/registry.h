@@ -55,6 +55,10 @@ struct KernelCase {
   std::string case_toml;  // the verbatim [[case]] text (the plugin C ABI hands it on)
   CaseFields fields;      // resolved: every field the op's fixture read, defaults applied
   std::vector<TensorSpec> inputs, outputs;  // sorted by name
+  // The golden's intermediates (chunk states, split partials, ...; dtype = the dtype kernels hold
+  // them in): a kernel may write any of them (KernelDef::intermediates) to be judged and bisected.
+  std::vector<TensorSpec> intermediates;
+  const TensorSpec* intermediate(std::string_view n) const;
   const TensorSpec* input(std::string_view n) const;
   const TensorSpec* output(std::string_view n) const;
 };
@@ -63,6 +67,9 @@ struct LaunchContext {
   const KernelCase* kcase = nullptr;  // the case being launched (never null when a kernel runs)
   CaseFields params;                  // = kcase->fields
   std::vector<DevTensor> inputs, outputs;  // golden order (sorted by name)
+  // The intermediates this kernel declared for the case that the golden holds (poisoned like outputs).
+  std::vector<DevTensor> intermediates;
+  const DevTensor* intermediate(std::string_view n) const;
   void* stream = nullptr;                  // cudaStream_t
   const DevTensor* input(std::string_view n) const;
   const DevTensor* output(std::string_view n) const;
@@ -81,6 +88,10 @@ struct KernelDef {
   std::string profile = "strict";
   std::function<Support(const KernelCase&)> can_implement;
   std::function<std::string(LaunchContext&)> launch;
+  // The golden intermediates the kernel writes (may be empty). Those a case's golden holds are
+  // allocated in LaunchContext::intermediates and must be written whole; they are judged by their
+  // own tolerance entries, and `assay bisect` walks them.
+  std::vector<std::string> intermediates;
 };
 
 // Registration (built-ins at static-init time, plugins when loaded). Duplicate names throw.

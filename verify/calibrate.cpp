@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -54,7 +55,7 @@ struct CaseWork {
   std::string golden_path;
   std::vector<CalibrationCell> cells;  // per variant x judged profile
   std::vector<std::string> problems;
-  std::vector<std::pair<std::string, DType>> outputs;  // (name, dtype) of the golden
+  std::vector<std::pair<std::string, DType>> outputs;  // (name, dtype) of the golden's outputs and intermediates
   std::vector<std::string> lint;
 };
 
@@ -69,6 +70,7 @@ void run_case(const gen::OpDef& op, const TolerancePolicy& policy, const std::ve
     return;
   }
   for (const auto& o : g.outputs) w.outputs.emplace_back(o.expected.name, o.expected.dtype);
+  for (const auto& t : g.intermediates) w.outputs.emplace_back(t.name, t.dtype);  // entries may name them
   if (const auto st = check_stale(g, fixtures_dir); st.stale) {
     w.problems.push_back(fmt::format("case {}: Stale: {} (run assay gen --op {})", c.name, st.reason, op.name));
     return;
@@ -107,17 +109,32 @@ void run_case(const gen::OpDef& op, const TolerancePolicy& policy, const std::ve
       cell.variant = v.name, cell.case_name = c.name, cell.profile = prof;
       cell.applies = !outs.empty();
       for (const auto& [name, vals] : outs) {
+        // An output, or an intermediate (chunk states, trajectories: judged by the entry naming it).
         const Output* o = g.output(name);
+        std::optional<Output> io;
+        std::optional<Tolerance> itol;
         if (!o) {
-          w.problems.push_back(fmt::format("variant {} on case {}: output '{}' is not an output of the golden", v.name, c.name, name));
-          continue;
+          io = g.intermediate_output(name);
+          if (!io) {
+            w.problems.push_back(fmt::format("variant {} on case {}: '{}' is neither an output nor an intermediate of the golden",
+                                             v.name, c.name, name));
+            continue;
+          }
+          itol = policy.lookup_named(op.name, name, io->expected.dtype, prof);
+          if (!itol) {
+            w.problems.push_back(fmt::format("variant {} on case {}: intermediate '{}' ({}) has no [[tolerance]] entry of its own",
+                                             v.name, c.name, name, assay::name(io->expected.dtype)));
+            continue;
+          }
+          o = &*io;
         }
         if (vals.size() != o->expected.data.size()) {
           w.problems.push_back(fmt::format("variant {} on case {}: output '{}' has {} values, the golden {}", v.name, c.name,
                                            name, vals.size(), o->expected.data.size()));
           continue;
         }
-        const auto r = compare_with_policy(policy, op.name, *o, stored(o->expected.dtype, vals), prof);
+        const auto r = itol ? compare_tensor(*o, stored(o->expected.dtype, vals), *itol)
+                            : compare_with_policy(policy, op.name, *o, stored(o->expected.dtype, vals), prof);
         if (r.verdict != Verdict::Passed) cell.passed = false;
         if (r.max_ratio > cell.ratio || cell.worst_output.empty()) {
           cell.ratio = std::max(cell.ratio, r.max_ratio);
@@ -253,7 +270,7 @@ CalibrationReport calibrate(const CalibrateOptions& o) {
       });
       if (!hit)
         oc.problems.push_back(fmt::format("{}: entry (output '{}', dtype {}, profile {}) can never be selected: no L0 golden "
-                                          "of {} has that output in that dtype",
+                                          "of {} has that output or intermediate in that dtype",
                                           e.tol.source, e.output, name(e.dtype), e.profile, opname));
     }
     for (const auto& p : oc.profiles) {

@@ -9,12 +9,13 @@
 
 namespace assay {
 
-std::vector<double> read_candidate(const h5::File& f, const Output& o) {
+std::vector<double> read_candidate(const h5::File& f, const Output& o, std::string_view group) {
   const auto& e = o.expected;
-  std::string ds = "/outputs/" + e.name;
-  if (!f.exists(ds)) ds = "/" + e.name;
+  std::string ds = fmt::format("/{}/{}", group, e.name);
+  if (!f.exists(ds) && group == "outputs") ds = "/" + e.name;
   if (!f.exists(ds))
-    throw InputError(fmt::format("{}: /outputs/{}: missing dataset (the golden's output '{}')", f.path(), e.name, e.name));
+    throw InputError(fmt::format("{}: /{}/{}: missing dataset (the golden's {} '{}')", f.path(), group, e.name,
+                                 group == "outputs" ? "output" : "intermediate", e.name));
   const auto inf = f.info(ds);
   if (inf.shape != e.shape)
     throw InputError(fmt::format("{}: {}: wrong shape {} (golden {} {})", f.path(), ds, shape_str(inf.shape),
@@ -46,6 +47,38 @@ std::vector<double> read_candidate(const h5::File& f, const Output& o) {
   return f.read_f64(ds);
 }
 
+void judge_intermediates(const Golden& g, const TolerancePolicy& policy, const h5::File& cand, CandidateResult& r,
+                         const std::function<bool(const std::string&)>& selected,
+                         const std::function<Tolerance(Tolerance)>& override_tol) {
+  if (!cand.exists("/intermediates")) return;
+  for (const auto& n : cand.list("/intermediates")) {
+    if (selected && !selected(n)) continue;
+    const auto io = g.intermediate_output(n);
+    if (!io) {
+      r.notes.push_back(fmt::format("intermediate '{}': the golden has no intermediate of that name: not judged", n));
+      continue;
+    }
+    const DType dt = io->expected.dtype;
+    auto tol = policy.lookup_named(g.prov.op, n, dt, r.profile);
+    if (!tol) {
+      r.notes.push_back(fmt::format("intermediate '{}' ({}): not judged: fixtures/{}.toml has no [[tolerance]] entry for it",
+                                    n, name(dt), g.prov.op));
+      continue;
+    }
+    if (tol->bound_k > 0 && !io->bound) {
+      r.notes.push_back(fmt::format("intermediate '{}': not judged: its tolerance scales the golden's bound and this golden "
+                                    "has none for it (regenerate it with this assay)", n));
+      continue;
+    }
+    auto actual = read_candidate(cand, *io, "intermediates");
+    r.reports.push_back(compare_tensor(*io, actual, override_tol ? override_tol(*tol) : *tol));
+    r.reports.back().intermediate = true;
+    attach_error_profile(r.reports.back(), *io, actual);
+    r.actual.push_back(std::move(actual));
+    if (r.reports.back().verdict != Verdict::Passed) r.verdict = Verdict::Incorrect;
+  }
+}
+
 CandidateResult judge_candidate(const Golden& g, const TolerancePolicy& policy, const h5::File& cand,
                                 const CandidateJudging& how) {
   CandidateResult r;
@@ -58,26 +91,30 @@ CandidateResult judge_candidate(const Golden& g, const TolerancePolicy& policy, 
   }
   if (r.profile.empty()) r.profile = kStrictProfile;
   policy.require_profile(g.prov.op, r.profile, how.profile.empty() ? cand.path() + ": attribute precision_profile" : "--profile");
+  const auto selected = [&](const std::string& n) {
+    return how.outputs.empty() || std::find(how.outputs.begin(), how.outputs.end(), n) != how.outputs.end();
+  };
+  const auto override_tol = [&](Tolerance tol) {
+    tol.exact = false;
+    if (how.atol >= 0) tol.atol = how.atol;
+    if (how.rtol >= 0) tol.rtol = how.rtol;
+    tol.why = fmt::format("--atol/--rtol on the command line (bound_k {} and period {} kept from {})", tol.bound_k, tol.period,
+                          tol.source);
+    tol.source = "--atol/--rtol";
+    return tol;
+  };
   for (const auto& out : g.outputs) {
-    if (!how.outputs.empty() && std::find(how.outputs.begin(), how.outputs.end(), out.expected.name) == how.outputs.end())
-      continue;
+    if (!selected(out.expected.name)) continue;
     auto actual = read_candidate(cand, out);
-    if (how.atol >= 0 || how.rtol >= 0) {
-      Tolerance tol = policy.lookup(g.prov.op, out.expected.name, out.expected.dtype, r.profile);
-      tol.exact = false;
-      if (how.atol >= 0) tol.atol = how.atol;
-      if (how.rtol >= 0) tol.rtol = how.rtol;
-      tol.why = fmt::format("--atol/--rtol on the command line (bound_k {} and period {} kept from {})", tol.bound_k,
-                            tol.period, tol.source);
-      tol.source = "--atol/--rtol";
-      r.reports.push_back(compare_tensor(out, actual, tol));
-    } else {
+    if (how.atol >= 0 || how.rtol >= 0)
+      r.reports.push_back(compare_tensor(out, actual, override_tol(policy.lookup(g.prov.op, out.expected.name, out.expected.dtype, r.profile))));
+    else
       r.reports.push_back(compare_with_policy(policy, g.prov.op, out, actual, r.profile));
-    }
     attach_error_profile(r.reports.back(), out, actual);
     r.actual.push_back(std::move(actual));
     if (r.reports.back().verdict != Verdict::Passed) r.verdict = Verdict::Incorrect;
   }
+  judge_intermediates(g, policy, cand, r, selected, how.atol >= 0 || how.rtol >= 0 ? std::function<Tolerance(Tolerance)>(override_tol) : nullptr);
   if (r.reports.empty())
     throw InputError(fmt::format("{}: --output selects none of the golden's outputs", g.prov.op + "/" + g.prov.case_name));
   return r;

@@ -198,7 +198,7 @@ TensorReport compare_with_policy(const TolerancePolicy& policy, std::string_view
 
 std::string TensorReport::summary() const {
   std::string s = fmt::format("{:<10} {:<9} {}{} n={} max_abs={:.3e} max_rel={:.3e} rms_rel={:.3e} cos={:.6f}",
-                              verdict_name(verdict), name, assay::name(dtype),
+                              verdict_name(verdict), intermediate ? "(i)" + name : name, assay::name(dtype),
                               tol.profile == kStrictProfile ? "" : " profile=" + tol.profile, n, max_abs, max_rel, rms_rel, cosine);
   if (info(dtype).is_float) s += fmt::format(" ulp_max={:.3g} ulp_p99={:.3g}", ulp_max, ulp_p99);
   s += fmt::format(" mismatches={}/{} (budget {})", mismatches, n, tol.max_mismatch);

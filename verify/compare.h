@@ -26,6 +26,7 @@ struct ErrorProfile;  // verify/error_profile.h
 
 struct TensorReport {
   std::string name;
+  bool intermediate = false;  // a row for a golden /intermediates tensor the candidate provided
   DType dtype = DType::f64;
   Shape shape;
   int64_t n = 0;

@@ -36,8 +36,11 @@ CaseResult case_result(const Golden& g, const CandidateResult& res, const std::s
   cr.profile = res.profile;
   cr.tensors = res.reports;
   cr.verdict = res.verdict;
+  cr.findings = res.notes;
   if (res.verdict == Verdict::Passed) {
-    cr.reason = fmt::format("{} output(s) within tolerance", res.reports.size());
+    const auto ni = std::count_if(res.reports.begin(), res.reports.end(), [](const TensorReport& t) { return t.intermediate; });
+    cr.reason = fmt::format("{} output(s){} within tolerance", static_cast<int64_t>(res.reports.size()) - ni,
+                            ni ? fmt::format(" and {} intermediate(s)", ni) : std::string());
     return cr;
   }
   cr.reason = incorrect_reason(res.reports);
@@ -47,6 +50,7 @@ CaseResult case_result(const Golden& g, const CandidateResult& res, const std::s
   Golden sel = g;  // the bundle holds the compared outputs only (--output)
   sel.outputs.clear();
   for (size_t k = 0; k < res.reports.size(); ++k) {
+    if (res.reports[k].intermediate) continue;  // `assay bisect` writes the bundle that walks those
     sel.outputs.push_back(*g.output(res.reports[k].name));
     actual.push_back(res.actual[k]);
     tols.push_back(res.reports[k].tol);

@@ -28,6 +28,21 @@ const Tensor* Golden::input(std::string_view name) const {
     if (t.name == name) return &t;
   return nullptr;
 }
+const Tensor* Golden::intermediate(std::string_view name) const {
+  for (const auto& t : intermediates)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+std::optional<Output> Golden::intermediate_output(std::string_view name) const {
+  const Tensor* t = intermediate(name);
+  if (!t) return std::nullopt;
+  Output o;
+  o.expected = *t;
+  if (const auto b = intermediate_bounds.find(std::string(name)); b != intermediate_bounds.end()) o.bound = b->second;
+  // Non-finite expected values (an empty split's -inf LSE) must then be matched exactly.
+  o.allow_nonfinite = std::any_of(t->data.begin(), t->data.end(), [](double x) { return !std::isfinite(x); });
+  return o;
+}
 
 std::string golden_rel_path(const std::string& op, const std::string& case_name) {
   return op + "/" + case_name + ".h5";
@@ -104,8 +119,15 @@ std::map<std::string, std::string> golden_hashes(const Golden& g) {
     if (o.allowed_mask) m["/allowed_mask/" + e.name] = head("allowed_mask").vec(*o.allowed_mask).hex();
     if (o.alt) m["/alt/" + e.name] = head("alt").vec(*o.alt).hex();
   }
-  for (const auto& t : g.intermediates)
-    m["/intermediates/" + t.name] = Hasher().str("intermediates").str(t.name).str(shape_str(t.shape)).str(join_axes(t.axes)).vec(t.data).hex();
+  for (const auto& t : g.intermediates) {
+    // The dtype enters the hash only when it is not the fp64 default (older goldens stay fresh).
+    Hasher h;
+    h.str("intermediates").str(t.name).str(shape_str(t.shape)).str(join_axes(t.axes));
+    if (t.dtype != DType::f64) h.str(name(t.dtype));
+    m["/intermediates/" + t.name] = h.vec(t.data).hex();
+  }
+  for (const auto& [n, b] : g.intermediate_bounds)
+    m["/intermediate_bounds/" + n] = Hasher().str("intermediate_bounds").str(n).vec(b).hex();
   return m;
 }
 
@@ -171,6 +193,7 @@ void write_golden(const std::string& path, const Golden& g) {
 
     for (const char* grp : {"/case", "/inputs", "/expected", "/rounded", "/bounds", "/allowed_mask", "/alt", "/intermediates"})
       f.create_group(grp);
+    if (!g.intermediate_bounds.empty()) f.create_group("/intermediate_bounds");
     for (const auto& [k, v] : g.case_fields.all()) f.set_attr_value("/case", k, v);
     for (size_t i = 0; i < g.inputs.size(); ++i) {
       const auto& t = g.inputs[i];
@@ -202,7 +225,19 @@ void write_golden(const std::string& path, const Golden& g) {
       const std::string ds = "/intermediates/" + t.name;
       f.write(ds, h5::Elem::f64, t.shape, t.data.data());
       f.set_attr(ds, "axes", join_axes(t.axes));
+      if (t.dtype != DType::f64) f.set_attr(ds, "dtype", std::string(name(t.dtype)));
+      if (const auto b = g.intermediate_bounds.find(t.name); b != g.intermediate_bounds.end()) {
+        std::vector<uint64_t> codes(b->second.size());
+        for (size_t k = 0; k < codes.size(); ++k) {
+          codes[k] = encode(DType::bf16, b->second[k]);
+          ASSAY_CHECK(decode(DType::bf16, codes[k]) == b->second[k], "intermediate bound {} is not bf16-representable", t.name);
+        }
+        write_codes(f, "/intermediate_bounds/" + t.name, DType::bf16, t.shape, codes);
+        f.set_attr("/intermediate_bounds/" + t.name, "dtype", std::string("bf16"));
+      }
     }
+    for (const auto& [n, b] : g.intermediate_bounds)
+      ASSAY_CHECK(g.intermediate(n) != nullptr, "a bound for '{}', which is no intermediate", n);
     for (const auto& [ds, h] : golden_hashes(g)) f.set_attr(ds, "fnv1a64", h);
     f.set_attr("/", "content_fnv1a64", content_hash(g));
     f.close();
@@ -282,7 +317,7 @@ static Golden read_golden_here(const std::string& path) {
     // The whole file's declared size, before anything is loaded: many datasets each under the
     // limit must not add up past it (a small file can declare huge chunked datasets).
     int64_t total = 0;
-    for (const char* grp : {"/inputs", "/expected", "/rounded", "/bounds", "/allowed_mask", "/alt", "/intermediates"}) {
+    for (const char* grp : {"/inputs", "/expected", "/rounded", "/bounds", "/allowed_mask", "/alt", "/intermediates", "/intermediate_bounds"}) {
       if (!f.exists(grp)) continue;
       for (const auto& n : f.list(grp)) {
         const std::string ds = std::string(grp) + "/" + n;
@@ -353,9 +388,21 @@ static Golden read_golden_here(const std::string& path) {
     t.name = n;
     t.shape = f.info(ds).shape;
     t.axes = split_axes(f.attr_str(ds, "axes"));
+    if (t.axes.size() != t.shape.size())
+      throw InputError(fmt::format("{}: {}: {} axes for a rank-{} dataset", path, ds, t.axes.size(), t.shape.size()));
+    t.dtype = f.has_attr(ds, "dtype") ? dtype_attr(f, ds) : DType::f64;
     t.data = f.read_f64(ds);
+    const std::string bd = "/intermediate_bounds/" + n;
+    if (f.exists(bd)) {
+      if (f.info(bd).shape != t.shape) throw InputError(fmt::format("{}: {}: shape differs from {}", path, bd, ds));
+      g.intermediate_bounds[n] = decode_codes(f, bd, dtype_attr(f, bd));
+    }
     g.intermediates.push_back(std::move(t));
   }
+  if (f.exists("/intermediate_bounds"))
+    for (const auto& n : f.list("/intermediate_bounds"))
+      if (!g.intermediate_bounds.count(n))
+        throw InputError(fmt::format("{}: /intermediate_bounds/{}: no intermediate of that name", path, n));
   for (const auto& [ds, h] : golden_hashes(g))
     if (f.has_attr(ds, "fnv1a64")) g.recorded_hashes[ds] = f.attr_str(ds, "fnv1a64");
   if (f.has_attr("/", "content_fnv1a64")) g.recorded_content_hash = f.attr_str("/", "content_fnv1a64");
@@ -422,6 +469,14 @@ std::vector<std::string> golden_diff(const Golden& fresh, const Golden& stored, 
     }
     if (double a = agreement_rel(t.data, s->data); !(a <= rel))
       d.push_back(fmt::format("intermediate '{}': differs by {:.3e} relative", t.name, a));
+    if (t.dtype != s->dtype) d.push_back(fmt::format("intermediate '{}': dtype differs", t.name));
+    const auto bf = fresh.intermediate_bounds.find(t.name);
+    const auto bs = stored.intermediate_bounds.find(t.name);
+    if ((bf == fresh.intermediate_bounds.end()) != (bs == stored.intermediate_bounds.end()))
+      d.push_back(fmt::format("intermediate bound '{}': present in one golden only", t.name));
+    else if (bf != fresh.intermediate_bounds.end())
+      if (double a = agreement_rel(bf->second, bs->second); !(a <= rel))
+        d.push_back(fmt::format("intermediate bound '{}': differs by {:.3e} relative", t.name, a));
   }
   return d;
 }

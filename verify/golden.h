@@ -1,6 +1,7 @@
 // Golden files: golden/<op>/<case>.h5, layout in golden/SCHEMA.md.
 #pragma once
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,7 +25,8 @@ struct Golden {
   std::vector<Tensor> inputs;             // values are exactly the decoded storage codes
   std::vector<std::string> input_hashes;  // recorded FNV-1a of the storage bytes (fixtures/gen/inputs.h)
   std::vector<Output> outputs;
-  std::vector<Tensor> intermediates;
+  std::vector<Tensor> intermediates;  // fp64 values; dtype = the dtype kernels hold it in
+  std::map<std::string, std::vector<double>> intermediate_bounds;  // by name (bf16-rounded up)
   std::vector<FormAgreement> agreement;
   // Outputs with one oracle form only, and why (OracleResult::single_form).
   std::map<std::string, std::string> single_form;
@@ -37,6 +39,10 @@ struct Golden {
 
   const Output* output(std::string_view name) const;
   const Tensor* input(std::string_view name) const;
+  const Tensor* intermediate(std::string_view name) const;
+  // Intermediate `name` as an Output (expected values, its dtype, its bound if any), so that a
+  // candidate's intermediate is judged by the one element rule and the policy, like an output.
+  std::optional<Output> intermediate_output(std::string_view name) const;
 };
 
 // Writes to <path>.tmp.<pid> and renames over <path>: a golden is either whole or absent.

@@ -12,9 +12,11 @@ kernels::KernelCase kernel_case_of(const Golden& g) {
   kc.fields = g.case_fields;
   for (const auto& t : g.inputs) kc.inputs.push_back({t.name, t.axes, t.shape, t.dtype});
   for (const auto& o : g.outputs) kc.outputs.push_back({o.expected.name, o.expected.axes, o.expected.shape, o.expected.dtype});
+  for (const auto& t : g.intermediates) kc.intermediates.push_back({t.name, t.axes, t.shape, t.dtype});
   auto by_name = [](const kernels::TensorSpec& a, const kernels::TensorSpec& b) { return a.name < b.name; };
   std::sort(kc.inputs.begin(), kc.inputs.end(), by_name);
   std::sort(kc.outputs.begin(), kc.outputs.end(), by_name);
+  std::sort(kc.intermediates.begin(), kc.intermediates.end(), by_name);
   return kc;
 }
 

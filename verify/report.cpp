@@ -25,7 +25,7 @@ int RunReport::exit_code() const {
 static nlohmann::json finite_or_null(double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr); }
 
 nlohmann::json tensor_json(const TensorReport& r) {
-  nlohmann::json j{{"name", r.name}, {"dtype", name(r.dtype)}, {"shape", r.shape}, {"verdict", verdict_name(r.verdict)},
+  nlohmann::json j{{"name", r.name}, {"kind", r.intermediate ? "intermediate" : "output"}, {"dtype", name(r.dtype)}, {"shape", r.shape}, {"verdict", verdict_name(r.verdict)},
           {"max_abs", finite_or_null(r.max_abs)}, {"max_rel", finite_or_null(r.max_rel)},
           {"rms_rel", finite_or_null(r.rms_rel)}, {"cosine", finite_or_null(r.cosine)},
           {"ulp_max", finite_or_null(r.ulp_max)}, {"ulp_p99", finite_or_null(r.ulp_p99)}, {"mismatches", r.mismatches},

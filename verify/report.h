@@ -24,6 +24,7 @@ struct CaseResult {
   double wall_s = 0;
   std::string log_tail;  // the worker's output tail on Failed/Hung
   std::string repro;     // repro bundle path (Incorrect)
+  std::string candidate;  // the worker's candidate file, when it was judged (kept with the work dir)
   std::string sanitizer_summary;
 };
 

@@ -227,7 +227,8 @@ RunReport run_verify(const VerifyOptions& o) {
     }
     // 5. compare + determinism
     try {
-      judge(cr, *g, *it.kernel, dir + "/candidate.h5", o.runs, policy, repro_dir);
+      cr.candidate = dir + "/candidate.h5";
+      judge(cr, *g, *it.kernel, cr.candidate, o.runs, policy, repro_dir);
     } catch (const std::exception& e) {
       cr.verdict = Verdict::Failed;
       cr.reason = std::string("reading the worker's candidate: ") + e.what();

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "reference/core/check.h"
+#include "verify/candidate.h"
 #include "verify/compare.h"
 #include "verify/compare_dir.h"
 #include "verify/error_profile.h"
@@ -139,6 +140,13 @@ void judge(CaseResult& cr, const Golden& g, const kernels::KernelDef& k, const s
     actual.push_back(std::move(a));
     tols.push_back(tol);
   }
+  // Intermediates the kernel wrote (run 0 only): judged in rows of their own, after the outputs.
+  CandidateResult inter;
+  inter.profile = k.profile;
+  judge_intermediates(g, policy, f, inter);
+  for (auto& t : inter.reports) cr.tensors.push_back(std::move(t));
+  for (auto& n : inter.notes) cr.findings.push_back(std::move(n));
+  all_ok = all_ok && inter.verdict == Verdict::Passed;
   for (const auto& d : diffs) cr.findings.push_back((k.deterministic ? "nondeterministic: " : "(declared nondeterministic) ") + d);
   if (!all_ok) {
     cr.verdict = Verdict::Incorrect;
@@ -148,7 +156,8 @@ void judge(CaseResult& cr, const Golden& g, const kernels::KernelDef& k, const s
     cr.reason = "not bitwise reproducible: " + diffs.front();
   } else {
     cr.verdict = Verdict::Passed;
-    cr.reason = fmt::format("{} output(s) within tolerance{}", cr.tensors.size(),
+    cr.reason = fmt::format("{} output(s){} within tolerance{}", g.outputs.size(),
+                            inter.reports.empty() ? std::string() : fmt::format(" and {} intermediate(s)", inter.reports.size()),
                             k.deterministic ? fmt::format(", {} runs bitwise identical", runs) : std::string());
   }
   if (cr.verdict == Verdict::Incorrect && !repro_dir.empty()) {

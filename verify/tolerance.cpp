@@ -1,6 +1,5 @@
 #include "verify/tolerance.h"
 
-#include <algorithm>
 #include <filesystem>
 #include <set>
 
@@ -166,6 +165,15 @@ Tolerance TolerancePolicy::lookup(std::string_view op, std::string_view output, 
       if (e.op == op && e.output == "*" && e.dtype == dtype && e.profile == prof) return e.tol;
   }
   return default_tolerance(dtype);
+}
+
+std::optional<Tolerance> TolerancePolicy::lookup_named(std::string_view op, std::string_view output, DType dtype,
+                                                      std::string_view profile) const {
+  require_profile(op, profile, "tolerance lookup");
+  for (std::string_view prof : {profile, std::string_view(kStrictProfile)})
+    for (const auto& e : entries_)
+      if (e.op == op && e.output == output && e.dtype == dtype && e.profile == prof) return e.tol;
+  return std::nullopt;
 }
 
 }  // namespace assay

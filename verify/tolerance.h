@@ -64,6 +64,11 @@ class TolerancePolicy {
   // Throws InputError if `profile` is neither "strict" nor declared by the op's fixture.
   Tolerance lookup(std::string_view op, std::string_view output, DType dtype,
                    std::string_view profile = kStrictProfile) const;
+  // The entry naming `output` itself for this dtype under `profile`, else under strict; never a
+  // "*" entry or a default. How intermediates are judged: their tolerance must come from a model
+  // of that intermediate, never from a catch-all. nullopt: none.
+  std::optional<Tolerance> lookup_named(std::string_view op, std::string_view output, DType dtype,
+                                        std::string_view profile = kStrictProfile) const;
   const std::vector<Entry>& entries() const { return entries_; }
   // "strict" first, then the op's declared profiles in file order.
   std::vector<std::string> profiles(std::string_view op) const;

@@ -158,9 +158,16 @@ int worker_main(const WorkerArgs& a) {
     ctx.inputs.push_back({t.name, t.axes, t.shape, t.dtype, d});
     in_host.push_back(std::move(h));
   }
+  // Output buffers: the golden's outputs, then the intermediates the kernel declares for this case
+  // (KernelDef::intermediates) that the golden holds. Both get guard bands and poison.
+  std::vector<const Tensor*> buf_t;
+  for (const auto& o : g.outputs) buf_t.push_back(&o.expected);
+  const size_t n_out = buf_t.size();
+  for (const auto& n : k->intermediates)
+    if (const Tensor* t = g.intermediate(n)) buf_t.push_back(t);
   std::vector<DevBuf> outs;
-  for (const auto& o : g.outputs) {
-    const auto& e = o.expected;
+  for (size_t bi = 0; bi < buf_t.size(); ++bi) {
+    const Tensor& e = *buf_t[bi];
     DevBuf b;
     b.payload = static_cast<size_t>(e.size()) * static_cast<size_t>(info(e.dtype).storage_bytes);
     void* p = nullptr;
@@ -168,7 +175,7 @@ int worker_main(const WorkerArgs& a) {
       return fail("cuda_error", cuda_msg(fmt::format("cudaMalloc output '{}'", e.name).c_str(), er), kExitCuda);
     b.base = static_cast<uint8_t*>(p);
     outs.push_back(b);
-    ctx.outputs.push_back({e.name, e.axes, e.shape, e.dtype, b.data()});
+    (bi < n_out ? ctx.outputs : ctx.intermediates).push_back({e.name, e.axes, e.shape, e.dtype, b.data()});
   }
 
   std::vector<std::string> findings;
@@ -181,7 +188,7 @@ int worker_main(const WorkerArgs& a) {
   for (int r = 0; r < a.runs; ++r) {
     // Guard bands and poison, written from the host so the kernel sees exactly these bytes.
     for (size_t i = 0; i < outs.size(); ++i) {
-      const auto dt = g.outputs[i].expected.dtype;
+      const auto dt = buf_t[i]->dtype;
       std::vector<uint8_t> h(outs[i].payload + 2 * kGuardBytes);
       fill_guard(h.data(), kGuardBytes);
       fill_code(h.data() + kGuardBytes, outs[i].payload / static_cast<size_t>(info(dt).storage_bytes),
@@ -211,7 +218,7 @@ int worker_main(const WorkerArgs& a) {
       std::vector<uint8_t> h(outs[i].payload + 2 * kGuardBytes);
       if (cudaError_t e = cudaMemcpy(h.data(), outs[i].base, h.size(), cudaMemcpyDeviceToHost); e != cudaSuccess)
         return fail("cuda_error", cuda_msg("cudaMemcpy (download)", e), kExitCuda);
-      const auto& nm = g.outputs[i].expected.name;
+      const auto& nm = buf_t[i]->name;
       if (auto c = check_guard(h.data(), kGuardBytes); c.changed)
         findings.push_back(fmt::format("run {}: {}", r, describe_guard(nm, true, c, kGuardBytes)));
       if (auto c = check_guard(h.data() + kGuardBytes + outs[i].payload, kGuardBytes); c.changed)
@@ -235,9 +242,11 @@ int worker_main(const WorkerArgs& a) {
       for (int r = 0; r < a.runs; ++r) {
         const std::string grp = r == 0 ? "/outputs" : fmt::format("/run{}", r);
         f.create_group(grp);
+        if (r == 0 && outs.size() > n_out) f.create_group("/intermediates");
         for (size_t i = 0; i < outs.size(); ++i) {
-          const auto& e = g.outputs[i].expected;
-          const std::string ds = grp + "/" + e.name;
+          const Tensor& e = *buf_t[i];
+          if (i >= n_out && r > 0) continue;  // determinism is checked on outputs
+          const std::string ds = (i < n_out ? grp : std::string("/intermediates")) + "/" + e.name;
           f.write(ds, code_elem(static_cast<size_t>(info(e.dtype).storage_bytes)), e.shape, got[static_cast<size_t>(r)][i].data());
           f.set_attr(ds, "dtype", std::string(name(e.dtype)));
         }

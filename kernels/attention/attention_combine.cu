@@ -92,4 +92,31 @@ cudaError_t launch_attention_combine(const AttnParams& p, cudaStream_t s, bool m
   return cudaGetLastError();
 }
 
+namespace {
+__global__ void export_lse_kernel(AttnParams p, float* dst) {
+  const int64_t per = static_cast<int64_t>(p.total_q) * p.Hq, n = per * p.num_splits;
+  for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < n;
+       t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t sp = t / per, rem = t % per, r = rem / p.Hq;
+    const int h = static_cast<int>(rem % p.Hq);
+    int64_t li;
+    if (p.cu_seqlens_q) {
+      li = static_cast<int64_t>(h) * p.total_q + r;
+    } else {
+      const int64_t b = r / p.Sq, i = r % p.Sq;
+      li = (b * p.Hq + h) * p.Sq + i;
+    }
+    dst[sp * per + li] = p.lse_partial[t];
+  }
+}
+}  // namespace
+
+cudaError_t launch_export_lse_partials(const AttnParams& p, float* dst, cudaStream_t s) {
+  const int64_t n = static_cast<int64_t>(p.total_q) * p.Hq * p.num_splits;
+  if (n <= 0) return cudaSuccess;
+  const int64_t blocks = (n + 255) / 256;
+  export_lse_kernel<<<static_cast<unsigned>(blocks < 65535 ? blocks : 65535), 256, 0, s>>>(p, dst);
+  return cudaGetLastError();
+}
+
 }  // namespace assay::kernels::attention

@@ -22,4 +22,10 @@ namespace assay::kernels::attention {
 // partial O and LSE through fp16 before combining: the "fp16 partial buffers" bug class.
 cudaError_t launch_attention_combine(const AttnParams& p, cudaStream_t s, bool mutant_fp16_partials = false);
 
+// The split partials in the golden's intermediate layouts (for `assay bisect`): copies
+// p.lse_partial [num_splits, total_q, Hq] to dst [num_splits, <LSE layout>] (dense
+// [num_splits, B, Hq, Sq], varlen [num_splits, Hq, total_q]). O partials need no transpose: their
+// golden layout [num_splits, <O layout>] is the workspace's.
+cudaError_t launch_export_lse_partials(const AttnParams& p, float* dst, cudaStream_t s);
+
 }  // namespace assay::kernels::attention

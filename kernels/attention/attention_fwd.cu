@@ -95,6 +95,15 @@ cudaError_t run_split(AttnParams p, bool packed, bool decode, cudaStream_t s) {
   p.o_partial = static_cast<float*>(ws);
   p.lse_partial = p.o_partial + n_o;
   e = decode ? launch_dec_any(p, /*partial=*/true, s) : launch_any(p, packed, /*partial=*/true, s);
+  if (e == cudaSuccess && p.corrupt_split >= 1 && p.corrupt_split < p.num_splits) {  // test-only mutant
+    const size_t so = n_o / p.num_splits, sl = n_l / p.num_splits, k = static_cast<size_t>(p.corrupt_split);
+    e = cudaMemcpyAsync(p.o_partial + k * so, p.o_partial, so * sizeof(float), cudaMemcpyDeviceToDevice, s);
+    if (e == cudaSuccess)
+      e = cudaMemcpyAsync(p.lse_partial + k * sl, p.lse_partial, sl * sizeof(float), cudaMemcpyDeviceToDevice, s);
+  }
+  if (e == cudaSuccess && p.o_partial_export)
+    e = cudaMemcpyAsync(p.o_partial_export, p.o_partial, n_o * sizeof(float), cudaMemcpyDeviceToDevice, s);
+  if (e == cudaSuccess && p.lse_partial_export) e = launch_export_lse_partials(p, p.lse_partial_export, s);
   if (e == cudaSuccess) e = launch_attention_combine(p, s);
   const cudaError_t ef = cudaFreeAsync(ws, s);
   return e != cudaSuccess ? e : ef;

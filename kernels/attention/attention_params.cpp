@@ -2,10 +2,14 @@
 // case fields (never from tensor values: plugins and can_implement see none).
 #include "kernels/attention/attention_params.h"
 
+#include <cuda_runtime.h>
+
 #include <algorithm>
 #include <cmath>
 
 #include <fmt/format.h>
+
+#include "kernels/attention/attention_fwd.h"
 
 namespace assay::kernels::attention {
 namespace {
@@ -155,6 +159,16 @@ std::string build_params(const LaunchContext& c, AttnParams& p) {
   p.num_splits = d.num_splits;
   if (p.Hkv <= 0 || p.Hq % p.Hkv != 0) return fmt::format("attention: Hq = {} is not a multiple of Hkv = {}", p.Hq, p.Hkv);
   return {};
+}
+
+std::string run_split_kernel(LaunchContext& c, const char* name, int corrupt_split) {
+  AttnParams p;
+  if (std::string err = build_params(c, p); !err.empty()) return fmt::format("{}: {}", name, err);
+  if (const DevTensor* t = c.intermediate("O_partial")) p.o_partial_export = static_cast<float*>(t->data);
+  if (const DevTensor* t = c.intermediate("LSE_partial")) p.lse_partial_export = static_cast<float*>(t->data);
+  p.corrupt_split = corrupt_split;
+  const cudaError_t e = attention_fwd_v2_split(p, static_cast<cudaStream_t>(c.stream));
+  return e == cudaSuccess ? std::string() : fmt::format("{}: {}", name, cudaGetErrorString(e));
 }
 
 }  // namespace assay::kernels::attention

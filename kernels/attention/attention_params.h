@@ -66,6 +66,13 @@ struct AttnParams {
   int num_splits = 1;
   float* o_partial = nullptr;
   float* lse_partial = nullptr;
+  // Optional copies of the partials in the golden's intermediate layouts (O_partial
+  // [num_splits, <O layout>], LSE_partial [num_splits, <LSE layout>]), written when non-null.
+  float* o_partial_export = nullptr;
+  float* lse_partial_export = nullptr;
+  // Test-only (kernels/mutants/): >= 1 replaces split corrupt_split's partials with split 0's
+  // before the export and the combine, as a split whose KV range restarted at split 0's keys.
+  int corrupt_split = -1;
 
   // ---- element strides (in elements of the storage dtype) ----
   int64_t q_row_stride() const { return static_cast<int64_t>(Hq) * D; }       // one token
@@ -142,6 +149,10 @@ namespace assay::kernels::attention {
 // softcap, page_size, tile_n, num_splits, seqlens_q/seqlens_k for total_q and the max lengths).
 // Partial buffers stay null (the launcher allocates them). Returns "" or a one-line error.
 std::string build_params(const LaunchContext& c, AttnParams& p);
+// attention_fwd_v2_split on a launch context (attention.cpp): also exports the split partials into
+// c's intermediates LSE_partial / O_partial when present; corrupt_split >= 1 only for the test
+// mutant (AttnParams::corrupt_split). Returns "" or the error, prefixed with `name`.
+std::string run_split_kernel(LaunchContext& c, const char* name, int corrupt_split);
 
 // The checks every forward kernel shares: a forward case (no backward outputs), q/k/v of one
 // dtype in {bf16, fp16}, O of the same dtype, LSE fp32, Hq % Hkv == 0. Kernel-specific limits

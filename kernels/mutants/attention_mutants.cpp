@@ -9,6 +9,10 @@
 //   attention_mutant_fp16_partials    split-KV partials (O and LSE) rounded through fp16 before the
 //                                     combine; splits forced (2) on cases with more than one KV tile
 //   attention_mutant_causal_top_left  causal / window aligned top-left (the sk - sq offset dropped)
+//   attention_mutant_split_restart    attention_v2_split whose split num_splits / 2 (>= 1) computes
+//                                     over split 0's keys (its partials replaced by split 0's); it
+//                                     hands back LSE_partial / O_partial, so `assay bisect` can
+//                                     walk the splits to it (cases with num_splits > 1)
 //
 // Tensors: those of attention_v1 (attention_v1.h). Each mutant claims only the cases where its bug
 // can change the result (the condition is in its can_implement, from shapes and case fields only);
@@ -20,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/attention/attention_fwd.h"
 #include "kernels/attention/attention_params.h"
 #include "kernels/attention/attention_v1.h"
 #include "kernels/plugin/cxx_plugin.h"
@@ -87,6 +92,27 @@ std::vector<KernelDef> mutants() {
                               return {false, "Sq == Sk: top-left and bottom-right alignment coincide"};
                             return {};
                           }));
+  {
+    KernelDef d;
+    d.op = "attention";
+    d.name = "attention_mutant_split_restart";
+    d.description = "attention_v2_split whose split num_splits / 2 recomputes split 0 (its partials replaced by split 0's)";
+    d.deterministic = true;
+    d.intermediates = {"LSE_partial", "O_partial"};
+    d.can_implement = [](const KernelCase& g) -> Support {
+      if (Support s = forward_case_supported(g); !s.ok) return s;
+      const CaseDims dm = case_dims(g);
+      if (attention_fwd_padded_dim(dm.D, dm.Dv) == 0) return {false, "head dims above 256"};
+      if (static_cast<long long>(dm.B) * dm.Hq > 65535) return {false, "B * Hq > 65535 (grid.y)"};
+      if (dm.num_splits < 2 || dm.num_splits > 65535) return {false, "num_splits < 2: no split to corrupt"};
+      return {};
+    };
+    d.launch = [](LaunchContext& c) -> std::string {
+      const int ns = static_cast<int>(case_dims(*c.kcase).num_splits);
+      return run_split_kernel(c, "attention_mutant_split_restart", ns / 2);
+    };
+    v.push_back(std::move(d));
+  }
   return v;
 }
 

@@ -1,11 +1,19 @@
-/* assay plugin C ABI, version 3: how an external kernel library (.so) registers kernels with
+/* assay plugin C ABI, version 4: how an external kernel library (.so) registers kernels with
  * `assay verify --plugin path.so`.
  *
  * The library exports one symbol:
  *     const assay_plugin* assay_plugin_entry(void);
  * returning a table that lives as long as the library is loaded. assay checks abi_version
- * (1, 2 or 3) and struct_size (>= sizeof(assay_plugin)) before reading anything else, and
+ * (1 to 4) and struct_size (>= sizeof(assay_plugin)) before reading anything else, and
  * refuses the library with one line otherwise.
+ *
+ * Version 4 (this header) lets a kernel hand back intermediates (chunk states, split partials,
+ * ...), so that a wrong one fails the case in a row of its own and `assay bisect` can walk them:
+ * assay_kernel gains `intermediates` / `n_intermediates`, the names of the golden's
+ * /intermediates it writes, and assay_case gains `intermediates`: in can_implement every
+ * intermediate the golden holds (data NULL), in launch the declared ones the golden holds, each
+ * allocated and poisoned like an output, to be written whole in its dtype's codes. A name the
+ * golden does not hold is skipped. Versions 1 to 3 still load (without intermediates).
  *
  * Version 3 (this header) hands kernels the case's resolved fields: every field the op's fixture
  * read, with its default applied where the case file left it out (what the golden's /case group
@@ -45,7 +53,7 @@
 extern "C" {
 #endif
 
-#define ASSAY_PLUGIN_ABI_VERSION 3u
+#define ASSAY_PLUGIN_ABI_VERSION 4u
 
 /* kernel flags */
 #define ASSAY_KERNEL_NONDETERMINISTIC 1u /* outputs may differ bitwise between runs (atomics, split-K) */
@@ -80,6 +88,9 @@ typedef struct assay_case {
   int (*get_string)(const struct assay_case* c, const char* key, const char** out);
   /* An array of numbers (or one number): 1, *values (valid until the next call) and *n, else 0. */
   int (*get_list)(const struct assay_case* c, const char* key, const double** values, int64_t* n);
+  /* Version 4: see above (sorted by name in can_implement; the kernel's order in launch). */
+  int32_t n_intermediates;
+  const assay_tensor* intermediates;
 } assay_case;
 
 typedef struct assay_kernel {
@@ -89,7 +100,9 @@ typedef struct assay_kernel {
   uint32_t flags;    /* ASSAY_KERNEL_* */
   int (*can_implement)(const assay_case* c, char* reason, size_t reason_len);
   int (*launch)(const assay_case* c, void* stream, char* err, size_t err_len);
-  const char* precision_profile; /* v2, v3: NULL or "strict", or a profile of the op (see above) */
+  const char* precision_profile; /* v2+: NULL or "strict", or a profile of the op (see above) */
+  const char* const* intermediates; /* v4: names of golden intermediates it writes, or NULL */
+  int32_t n_intermediates;          /* v4 */
 } assay_kernel;
 
 typedef struct assay_plugin {

@@ -16,6 +16,7 @@ namespace {
 struct Table {
   std::vector<KernelDef> defs;
   std::vector<assay_kernel> ks;
+  std::vector<std::vector<const char*>> inter_names;  // per kernel: c_str of defs[i].intermediates
   assay_plugin plugin{};
 };
 Table& table() {
@@ -48,8 +49,8 @@ Shape shape_of(const assay_tensor& t) { return Shape(t.shape, t.shape + t.rank);
 
 TensorSpec spec_of(const assay_tensor& t) { return TensorSpec{cs(t.name), axes_of(t), shape_of(t), dtype_of(t)}; }
 
-// The KernelCase assay built, rebuilt from its C view (this library declares ABI version 3, so
-// the host filled fields_toml).
+// The KernelCase assay built, rebuilt from its C view (this library declares ABI version 4, so
+// the host filled fields_toml and the intermediates table).
 KernelCase kcase_of(const assay_case* c) {
   KernelCase kc;
   kc.op = cs(c->op);
@@ -58,6 +59,7 @@ KernelCase kcase_of(const assay_case* c) {
   kc.fields = CaseFields::parse(cs(c->fields_toml));
   for (int32_t i = 0; i < c->n_inputs; ++i) kc.inputs.push_back(spec_of(c->inputs[i]));
   for (int32_t i = 0; i < c->n_outputs; ++i) kc.outputs.push_back(spec_of(c->outputs[i]));
+  for (int32_t i = 0; i < c->n_intermediates; ++i) kc.intermediates.push_back(spec_of(c->intermediates[i]));
   return kc;
 }
 
@@ -95,6 +97,7 @@ int launch(const assay_case* c, void* stream, char* err, size_t n) {
     ctx.params = kc.fields;
     for (int32_t i = 0; i < c->n_inputs; ++i) ctx.inputs.push_back(dev_of(c->inputs[i]));
     for (int32_t i = 0; i < c->n_outputs; ++i) ctx.outputs.push_back(dev_of(c->outputs[i]));
+    for (int32_t i = 0; i < c->n_intermediates; ++i) ctx.intermediates.push_back(dev_of(c->intermediates[i]));
     ctx.stream = stream;
     const std::string e = d.launch(ctx);
     if (!e.empty()) put(err, n, e);
@@ -121,6 +124,7 @@ const assay_plugin* export_plugin(const char* plugin_name, std::vector<KernelDef
   Table& t = table();
   t.defs = std::move(defs);
   t.ks.clear();
+  t.inter_names.assign(t.defs.size(), {});
   for (size_t i = 0; i < t.defs.size(); ++i) {
     const KernelDef& d = t.defs[i];
     assay_kernel k{};
@@ -131,6 +135,9 @@ const assay_plugin* export_plugin(const char* plugin_name, std::vector<KernelDef
     k.can_implement = kFns.first[i];
     k.launch = kFns.second[i];
     k.precision_profile = d.profile.c_str();
+    for (const auto& n : d.intermediates) t.inter_names[i].push_back(n.c_str());
+    k.intermediates = t.inter_names[i].empty() ? nullptr : t.inter_names[i].data();
+    k.n_intermediates = static_cast<int32_t>(t.inter_names[i].size());
     t.ks.push_back(k);
   }
   t.plugin.abi_version = ASSAY_PLUGIN_ABI_VERSION;

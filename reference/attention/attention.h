@@ -153,6 +153,9 @@ struct ForwardResult {
   std::vector<double> o_mag, o_score_mag, lse_mag;
   // Form (b) only: split-KV partials and their combine (always emitted, also for num_splits = 1).
   std::vector<double> o_partial, lse_partial;
+  // Form (b), num_splits > 1 only: o_mag / lse_mag (definitions above) of each split's partial, over
+  // the split's keys (the sink, like the partial itself, in split 0 only); layouts of the partials.
+  std::vector<double> o_partial_mag, lse_partial_mag;
   std::vector<double> o_combined, lse_combined;
 };
 

@@ -183,12 +183,17 @@ struct Engine {
 
   // One query tile against KV tiles [t0, t1): writes O rows and LSE values through the callbacks'
   // pointers. fold_sink: apply the sink at finalize (unsplit pass and split 0).
+  // omag / lmag (both or neither): the o_mag / lse_mag magnitudes (attention.h) of this pass's
+  // keys, accumulated alongside with the same online rescaling (the split partials' bounds).
   void run_tile(int64_t b, int64_t h, int64_t i0, int64_t tm, int64_t t0, int64_t t1, bool fold_sink,
-                double* o, double* lse) const {
+                double* o, double* lse, double* omag = nullptr, double* lmag = nullptr) const {
     const int64_t sq = L.sq[b], sk = L.sk[b], hk = kv_head(h);
     const CMap Qb = q_tile(b, h, i0, tm);
-    thread_local Mat Kt, Vt, S, P, Acc;
+    thread_local Mat Kt, Vt, S, P, Acc, AccA, A, Tp;
+    const bool mag = omag != nullptr;
     Acc.setZero(tm, L.Dv);
+    std::vector<double> cacc(mag ? tm : 0, 0.0);  // sum_j P_ij c_ij (rescaled like l)
+    if (mag) AccA.setZero(tm, L.Dv);
     std::vector<int64_t> lo(tm), hi(tm);
     int64_t n_min = std::numeric_limits<int64_t>::max(), n_max = 0;
     for (int64_t r = 0; r < tm; ++r) {
@@ -205,7 +210,14 @@ struct Engine {
       const int64_t j0 = n * p.tile_n;
       const int64_t jn = p.mutant == Mutant::tail_unmasked ? p.tile_n : std::min(p.tile_n, sk - j0);
       const auto [Kb, Vb] = kv_tile(b, hk, j0, jn, Kt, Vt);
-      scores(Qb, Kb, j0, lo, hi, sk, S, nullptr);
+      scores(Qb, Kb, j0, lo, hi, sk, S, mag && p.softcap > 0 ? &Tp : nullptr);
+      if (mag) {  // c_ij = t'_ij a_ij + (softcap ? |s_ij| : 0), a_ij = |scale| sum_d |q_id k_jd|
+        A.noalias() = Qb.cwiseAbs() * Kb.cwiseAbs().transpose();
+        A *= std::fabs(L.scale);
+        if (p.softcap > 0)
+          for (int64_t r = 0; r < tm; ++r)
+            for (int64_t c = 0; c < jn; ++c) A(r, c) = Tp(r, c) * A(r, c) + (std::isfinite(S(r, c)) ? std::fabs(S(r, c)) : 0.0);
+      }
       P.resize(tm, jn);
       for (int64_t r = 0; r < tm; ++r) {
         const double m_new = no_max ? 0.0 : std::max(m[r], S.row(r).maxCoeff());
@@ -227,9 +239,15 @@ struct Engine {
         }
         l[r] = l[r] * alpha + rs;
         if (p.mutant != Mutant::no_o_rescale && alpha != 1) Acc.row(r) *= alpha;
+        if (mag) {
+          if (alpha != 1) AccA.row(r) *= alpha, cacc[r] *= alpha;
+          for (int64_t c = 0; c < jn; ++c)
+            if (P(r, c) != 0) cacc[r] += P(r, c) * A(r, c);
+        }
         m[r] = m_new;
       }
       Acc.noalias() += P * Vb;
+      if (mag) AccA.noalias() += P * Vb.cwiseAbs();
     }
     for (int64_t r = 0; r < tm; ++r) {
       double mr = m[r], lr = l[r];
@@ -238,13 +256,22 @@ struct Engine {
         else lr += std::exp(sink[h] - mr);
       }
       double* orow = o + (L.q_row(b, i0 + r) * L.Hq + h) * L.Dv;
+      double* mrow = mag ? omag + (orow - o) : nullptr;
       if (!(lr > 0) || mr == kNegInf) {  // fully masked (or nothing in this split)
         for (int64_t e = 0; e < L.Dv; ++e) orow[e] = 0;
         lse[L.lse_index(b, h, i0 + r)] = kNegInf;
+        if (mag) {  // exact zeros / -inf: magnitude 0
+          for (int64_t e = 0; e < L.Dv; ++e) mrow[e] = 0;
+          lmag[L.lse_index(b, h, i0 + r)] = 0;
+        }
         continue;
       }
       for (int64_t e = 0; e < L.Dv; ++e) orow[e] = Acc(r, e) / lr;
       lse[L.lse_index(b, h, i0 + r)] = mr + std::log(lr);
+      if (mag) {
+        for (int64_t e = 0; e < L.Dv; ++e) mrow[e] = AccA(r, e) / lr;
+        lmag[L.lse_index(b, h, i0 + r)] = std::fabs(mr) + std::log(lr) + cacc[r] / lr;
+      }
     }
   }
 };
@@ -274,6 +301,7 @@ ForwardResult forward_online(const Params& p, const std::vector<double>& q,
   ForwardResult R;
   R.o.assign(osz, 0), R.lse.assign(lsz, kNegInf);
   R.o_partial.assign(ns * osz, 0), R.lse_partial.assign(ns * lsz, kNegInf);
+  if (ns > 1) R.o_partial_mag.assign(ns * osz, 0), R.lse_partial_mag.assign(ns * lsz, 0);
   const int64_t nw = static_cast<int64_t>(work.size());
   // Work items are independent (each writes its own O rows / LSE values), so the result does not
   // depend on the thread count or the schedule. Last tiles first: under causal masking they are
@@ -288,7 +316,7 @@ ForwardResult forward_online(const Params& p, const std::vector<double>& q,
     for (int64_t s = 0; s < ns; ++s) {
       const int64_t t0 = std::min(s * per, n_tiles), t1 = std::min((s + 1) * per, n_tiles);
       E.run_tile(t.b, t.h, t.i0, t.tm, t0, t1, s == 0, R.o_partial.data() + s * osz,
-                 R.lse_partial.data() + s * lsz);
+                 R.lse_partial.data() + s * lsz, R.o_partial_mag.data() + s * osz, R.lse_partial_mag.data() + s * lsz);
     }
   }
   if (ns == 1) R.o_partial = R.o, R.lse_partial = R.lse;

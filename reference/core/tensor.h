@@ -63,7 +63,14 @@ struct FormAgreement {
 
 struct OracleResult {
   std::vector<Output> outputs;
-  std::vector<Tensor> intermediates;  // chunk states, split partials, trajectories (fp64)
+  // Chunk states, split partials, trajectories: fp64 values; Tensor::dtype is the dtype a kernel
+  // holds the intermediate in (what a candidate's /intermediates/<name> is judged as, like an
+  // output's kernel-facing dtype; f64 where no kernel form exists).
+  std::vector<Tensor> intermediates;
+  // Per-element error-bound magnitudes of intermediates (same shape, the outputs' bound analogue),
+  // by intermediate name. `assay gen` rounds them UP to bf16 before writing (a bound rounded up
+  // stays a bound; 2 bytes an element keeps goldens small): golden/SCHEMA.md.
+  std::map<std::string, std::vector<double>> intermediate_bounds;
   std::vector<FormAgreement> agreement;
   // Every output needs an agreement entry of its own (tensor == its name), or a reason here why it
   // has only one form (recorded in the golden, shown by `assay inspect`); `assay gen` refuses

@@ -25,6 +25,7 @@ std::string_view name(Mutant m) {
     case Mutant::i_minus_a: return "i_minus_a";
     case Mutant::u_with_decay: return "u_with_decay";
     case Mutant::strict_output_mask: return "strict_output_mask";
+    case Mutant::carry_without_decay: return "carry_without_decay";
   }
   return "?";
 }
@@ -292,26 +293,33 @@ Result recurrent(const Params& p, const Inputs& in) {
   Result r = alloc_result(P);
   r.o_bound.assign(r.o.size(), 0.0);
   r.final_state_bound.assign(r.final_state.size(), 0.0);
+  r.chunk_states_bound = zeros_prefaulted(r.chunk_states.size());
   const int64_t K = P.K, V = P.V, KV = K * V, HV = P.HV, G = P.HV / P.H;
   const int64_t jobs = P.Nseq * HV;
 #pragma omp parallel for schedule(dynamic)
   for (int64_t job = 0; job < jobs; ++job) {
     const Seq& s = P.seqs[job / HV];
     const int64_t hv = job % HV, h = hv / G;
+    // sb: the final-state bound of the sequence truncated after the tokens seen so far, updated at
+    // every chunk's last token (|e^g S| of that step + tmax, the largest update term since the
+    // chunk's first token); before any token it is |S0| (the empty-prefix rule). At each chunk start
+    // it is that chunk state's bound: the truncation there ends with the previous, full chunk.
     std::vector<double> S(KV, 0.0), tmp(V), sb(KV, 0.0), tmax(KV, 0.0);
-    const int64_t last_chunk = s.len > 0 ? (s.len - 1) / P.C * P.C : 0;  // first token of the last chunk
     if (!P.h0->empty()) load_state(P.h0->data() + (s.n * HV + hv) * KV, p.state_layout, K, V, S.data());
-    if (s.len == 0)
-      for (int64_t x = 0; x < KV; ++x) sb[x] = std::fabs(S[x]);
+    for (int64_t x = 0; x < KV; ++x) sb[x] = std::fabs(S[x]);
     for (int64_t i = 0; i < s.len; ++i) {
-      if (i % P.C == 0)
-        store_state(S.data(), p.state_layout, K, V,
-                    r.chunk_states.data() + ((P.chunk_off[s.n] + i / P.C) * HV + hv) * KV);
+      if (i % P.C == 0) {
+        const int64_t off = ((P.chunk_off[s.n] + i / P.C) * HV + hv) * KV;
+        store_state(S.data(), p.state_layout, K, V, r.chunk_states.data() + off);
+        store_state(sb.data(), p.state_layout, K, V, r.chunk_states_bound.data() + off);
+        std::fill(tmax.begin(), tmax.end(), 0.0);
+      }
       const int64_t tok = s.b * P.T + s.t0 + i;
       const int64_t qk_off = (tok * P.H + h) * K, tv = tok * HV + hv;
+      const bool chunk_end = (i + 1) % P.C == 0 || i == s.len - 1;
       step(S.data(), K, V, P.g[tv], P.beta[tv], P.k().data() + qk_off, P.v->data() + tv * V, P.q().data() + qk_off,
            P.scale, p.mutant, tmp.data(), r.o.data() + tv * V, r.o_bound.data() + tv * V,
-           i == s.len - 1 ? sb.data() : nullptr, i >= last_chunk ? tmax.data() : nullptr);
+           chunk_end ? sb.data() : nullptr, tmax.data());
     }
     store_state(S.data(), p.state_layout, K, V, r.final_state.data() + (s.n * HV + hv) * KV);
     store_state(sb.data(), p.state_layout, K, V, r.final_state_bound.data() + (s.n * HV + hv) * KV);
@@ -490,11 +498,11 @@ Result chunked(const Params& p, const Inputs& in) {
     for (int64_t ci = P.chunk_off[n]; ci < P.chunk_off[n + 1]; ++ci) {
       const Chunk& ch = chunks[ci];
       const int64_t L = ch.L;
+      Mat Sh = S;  // the chunk-start state as stored (h), read by v_new and by pass 3
+      rnd(Sh, p.emulate_h_dtype);
       double* cs = r.chunk_states.data() + (ci * HV + hv) * KV;
       for (int64_t i = 0; i < K; ++i)
-        for (int64_t j = 0; j < nb; ++j) at(cs, i, j0 + j) = S(i, j);
-      Mat Sh = S;  // the chunk-start state as v_new reads it
-      rnd(Sh, p.emulate_h_dtype);
+        for (int64_t j = 0; j < nb; ++j) at(cs, i, j0 + j) = Sh(i, j);
       MMapS Ub(&U[(hv * BT + ch.tok0) * V + j0], L, nb, Eigen::OuterStride<>(V));
       const CMapS Wc(&W[(hv * BT + ch.tok0) * K], L, K, Eigen::OuterStride<>(K));
       const Mat vnew_acc = Ub - Wc * Sh;  // fp32 in the kernel (the state update reads this one)
@@ -503,7 +511,9 @@ Result chunked(const Params& p, const Inputs& in) {
       Mat dV = vnew_acc;
       for (int64_t j = 0; j < L; ++j) dV.row(j) *= dlast[hv * BT + ch.tok0 + j];
       rnd(dV, inter);
-      S = eglast[ci * HV + hv] * S + qk_rows(ch.tok0, L, h, false).transpose() * dV;
+      const bool no_decay = p.mutant == Mutant::carry_without_decay &&
+                            (p.mutant_chunk < 0 || ci + 1 - P.chunk_off[n] == p.mutant_chunk);
+      S = (no_decay ? 1.0 : eglast[ci * HV + hv]) * S + qk_rows(ch.tok0, L, h, false).transpose() * dV;
     }
     double* fs = r.final_state.data() + (n * HV + hv) * KV;
     for (int64_t i = 0; i < K; ++i)
@@ -518,8 +528,7 @@ Result chunked(const Params& p, const Inputs& in) {
     const Chunk& ch = chunks[ci];
     const int64_t L = ch.L;
     Mat Sh(K, V);  // the chunk-start state as the output reads it
-    load_state(r.chunk_states.data() + (ci * HV + hv) * KV, p.state_layout, K, V, Sh.data());
-    rnd(Sh, p.emulate_h_dtype);
+    load_state(r.chunk_states.data() + (ci * HV + hv) * KV, p.state_layout, K, V, Sh.data());  // as stored
     Vec g, Gin, Gex;
     gates(ch, hv, g, nullptr);
     Mat D;
@@ -565,6 +574,7 @@ OracleResult run(const Params& p, const Inputs& in, DType o_dtype, DType chunk_s
   res.outputs.push_back(std::move(fs));
   res.intermediates.push_back(
       Tensor{"chunk_states", {"NC", "HV", k_ax, v_ax}, {a.num_chunks, p.HV, s2, s3}, chunk_state_dtype, a.chunk_states});
+  res.intermediate_bounds["chunk_states"] = a.chunk_states_bound;
   res.agreement.push_back({"o", "recurrent", "chunked", agreement_rel(b.o, a.o)});
   res.agreement.push_back({"final_state", "recurrent", "chunked", agreement_rel(b.final_state, a.final_state)});
   res.agreement.push_back({"chunk_states", "recurrent", "chunked", agreement_rel(b.chunk_states, a.chunk_states)});

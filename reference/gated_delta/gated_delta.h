@@ -66,6 +66,14 @@
 //                             (|S0| for an empty sequence). The max over the chunk keeps the bound
 //                             from vanishing at elements where the last token's k is ~0 (a chunk
 //                             kernel's errors there come from every token of the chunk).
+//   chunk_states_bound[c, hv, k, v]
+//                           = final_state_bound of the sequence truncated at chunk c's first token:
+//                             |S0| for the first chunk of a sequence (the empty-prefix rule), else
+//                             |e^g S_{t-1}| + max_j |k_j,k| |beta_j| (|v_j,v| + sum_k' |e^g_j S_{j-1}[k', v]| |k_j,k'|)
+//                             with t the token before the chunk start and j over the previous chunk
+//                             (full: chunk_size tokens, t included). Same layout as chunk_states;
+//                             computed in the same recurrent pass (snapshots at chunk starts), and
+//                             >= |chunk_states| elementwise (|S_t| <= |e^g S_{t-1}| + token t's term).
 //   They are magnitudes of the terms of the final steps, not a rigorous bound of the propagated error
 //   (that grows with T and with ||k||^2 beta for unnormalised keys).
 //
@@ -78,6 +86,9 @@
 //   i_minus_a          chunked only: T = (I - A)^-1.
 //   u_with_decay       chunked only: u = T (beta e^G V) (the mirror-image bug, NeuraLegion/shainet#170).
 //   strict_output_mask chunked only: intra-chunk output mask without the diagonal.
+//   carry_without_decay chunked only: the state carried into the next chunk without its decay
+//                      e^{G_last} (at every boundary, or only into chunk mutant_chunk >= 1 of each
+//                      sequence: a mutant first wrong at a chosen chunk, for the tests of assay bisect).
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -98,7 +109,7 @@ enum class BetaMode : uint8_t { given, sigmoid, two_sigmoid };
 enum class StateLayout : uint8_t { kv, vk };  // [K, V] (fla default) or [V, K] (state_v_first)
 enum class Mutant : uint8_t {
   none, missing_alpha, w_without_decay, kkt_without_decay, i_minus_a, u_with_decay,
-  strict_output_mask,
+  strict_output_mask, carry_without_decay,
 };
 std::string_view name(Mutant m);
 
@@ -111,6 +122,7 @@ struct Options {
   double l2norm_eps = 1e-6;
   StateLayout state_layout = StateLayout::kv;
   Mutant mutant = Mutant::none;
+  int64_t mutant_chunk = -1;  // carry_without_decay only: -1 every boundary, k >= 1 into chunk k only
 };
 
 struct Params : Options {
@@ -123,7 +135,8 @@ struct Params : Options {
   // carried state stays fp32 (here: exact):
   //   emulate_h_dtype             the chunk-start states h [K, V] as stored and read by v_new = u - w h
   //                               and by the inter-chunk output q h, the first one being the
-  //                               initial state cast to this dtype;
+  //                               initial state cast to this dtype; Result::chunk_states then holds
+  //                               these stored (rounded) values, as a kernel's h tensor would;
   //   emulate_intermediate_dtype  the kkt operand beta k (cast before its dot with k; beta is then
   //                               not applied again), the solve's output T = (I + A)^-1 (stored),
   //                               beta v and beta e^G k (cast before their dots with T), w and u
@@ -155,6 +168,7 @@ struct Result {
   std::vector<double> chunk_states;       // [NC, HV, K, V] / [NC, HV, V, K]
   std::vector<double> o_bound;            // recurrent only, [B, T, HV, V]
   std::vector<double> final_state_bound;  // recurrent only, like final_state
+  std::vector<double> chunk_states_bound; // recurrent only, like chunk_states
   int64_t num_seqs = 0, num_chunks = 0;
   std::vector<int64_t> chunk_offsets;     // [Nseq + 1]: chunks of sequence n are [off[n], off[n+1])
 };
@@ -163,7 +177,7 @@ struct Result {
 //   In:  q, k [B,T,H,K]; v [B,T,HV,V]; g, beta [B,T,HV]; A_log, dt_bias [HV]; initial_state
 //        [Nseq,HV,K,V] (or [..,V,K]); all fp64 (values already rounded to their storage dtype).
 //   Out: o [B,T,HV,V], final_state, chunk_states (snapshots at every chunk_size-th token of each
-//        sequence), o_bound, final_state_bound; all fp64. Implements Mutant::none / missing_alpha
+//        sequence), o_bound, final_state_bound, chunk_states_bound; all fp64. Implements Mutant::none / missing_alpha
 //        only (other mutants are ignored: they are chunked-form bugs). Ignores the emulate_* knobs.
 Result recurrent(const Params& p, const Inputs& in);
 // chunked: the WY / UT form (spec 3.3) with chunk Q = chunk_size, chunk grid per sequence, the last
@@ -172,8 +186,10 @@ Result recurrent(const Params& p, const Inputs& in);
 Result chunked(const Params& p, const Inputs& in);
 
 // Both forms, cross-checked. outputs: "o" (dtype o_dtype, with bound), "final_state" (fp32, with
-// bound); intermediates: "chunk_states" (fp64 values, dtype state_dtype: what the kernel stores h
-// in); agreement: recurrent vs chunked on all three. Does not throw on disagreement: the caller
+// bound); intermediates: "chunk_states" (fp64 values, dtype chunk_state_dtype: what the kernel
+// stores h in, k.dtype for fla's chunk_gated_delta_rule_fwd_h, h = k.new_empty(B, NT, H, K, V),
+// whereas its final_state is fp32), with intermediate_bounds["chunk_states"] = chunk_states_bound;
+// agreement: recurrent vs chunked on all three. Does not throw on disagreement: the caller
 // compares agreement[i].max_rel with its limit (1e-12).
 OracleResult run(const Params& p, const Inputs& in, DType o_dtype = DType::f32,
                  DType chunk_state_dtype = DType::f32);

@@ -28,6 +28,7 @@ Result make_result(const Problem& pb) {
   r.final_k_bound.assign(NS * pb.R * pb.H * pb.N, 0.0);
   r.final_v.assign(NS * pb.H * pb.P, 0.0);
   r.chunk_states.assign(pb.NC() * pb.H * pb.P * pb.N, 0.0);
+  r.chunk_states_bound.assign(pb.NC() * pb.H * pb.P * pb.N, 0.0);
   for (int64_t n = 0; n < NS; ++n)
     for (int64_t c = pb.chunk_off[n]; c < pb.chunk_off[n + 1]; ++c) {
       r.chunk_seq.push_back(n);
@@ -225,8 +226,12 @@ OracleResult assemble(const Problem& pb, const Result& st, const Result& ch, DTy
     add("final_k", {ns_axis, "H", "N"}, {NS, pb.H, pb.N}, DType::f32, st.final_k, &st.final_k_bound);
   add("final_v", {ns_axis, "H", "P"}, {NS, pb.H, pb.P}, out_dtype, st.final_v, nullptr);
 
+  // The kernels' chunk-state dtype (mamba3.h): SISO SSM_States is allocated bf16; the MIMO kernel
+  // holds its running state in fp32 (no stored copy).
+  const DType cs_dtype = pb.mimo ? DType::f32 : DType::bf16;
   o.intermediates.push_back(
-      Tensor{"chunk_states", {"C", "H", "P", "N"}, {pb.NC(), pb.H, pb.P, pb.N}, DType::f64, st.chunk_states});
+      Tensor{"chunk_states", {"C", "H", "P", "N"}, {pb.NC(), pb.H, pb.P, pb.N}, cs_dtype, st.chunk_states});
+  o.intermediate_bounds["chunk_states"] = st.chunk_states_bound;
   std::vector<double> starts(st.chunk_start.begin(), st.chunk_start.end());
   o.intermediates.push_back(Tensor{"chunk_start", {"C"}, {pb.NC()}, DType::i64, starts});
   // out_pregate stays out of the goldens (R x the output size); it is in Result and its agreement
@@ -244,6 +249,7 @@ OracleResult assemble(const Problem& pb, const Result& st, const Result& ch, DTy
   agree("final_angle_bound", agreement_rel(ch.final_angle_bound, st.final_angle_bound));
   agree("final_v", agreement_rel(ch.final_v, st.final_v));
   agree("chunk_states", agreement_rel(ch.chunk_states, st.chunk_states));
+  agree("chunk_states_bound", agreement_rel(ch.chunk_states_bound, st.chunk_states_bound));
   return o;
 }
 

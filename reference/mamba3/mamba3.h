@@ -39,6 +39,16 @@
 //   this is the spec's H0' = H_init + (1 - lambda_0) DT_0 v_init k_init^T. The SISO kernel stores
 //   exactly this per chunk (SSM_States, before its update); the MIMO kernel keeps the same running
 //   state (0 at chunk 0 since it takes no initial state).
+//   Kernel dtype (the golden intermediate's Tensor::dtype, what a candidate's chunk_states is judged
+//   as): SISO bf16 -- mamba3_siso_fwd allocates SSM_States as torch.bfloat16 whatever the activation
+//   dtype and stores the fp32 running state cast to it; MIMO fp32 -- the TileLang forward keeps the
+//   running state in an fp32 fragment (accum_dtype) and stores no per-chunk copy, so fp32 is the
+//   state as the kernel holds it (its q-side read is a kernel-dtype cast, not the state).
+//   Bound (chunk_states_bound): the same folding applied to the magnitudes, i.e. the final_ssm_bound
+//   recurrence snapshotted at t0: |S|_c = Hbound_{t0-1} + (1 - lambda_{t0}) DT_{t0} sum_r |v_{t0-1,r}|
+//   |k_{t0-1,r}|^T (every factor in absolute value; |H_init| and |v_state| |k_state| at c = 0). It
+//   equals the final_ssm_bound of the sequence truncated before t0 folded with the same beta term
+//   (bit for bit in the step form: same operations in the same order).
 //
 // ---- Error-bound magnitudes ----
 //   bound = the same expression evaluated with every factor replaced by its absolute value
@@ -184,6 +194,7 @@ struct Result {
   std::vector<double> final_k_bound;  // |u| + |w| for both elements of a rotated pair, |k^| elsewhere
   std::vector<double> final_v;      // (NS, H, P)
   std::vector<double> chunk_states; // (NC, H, P, N) folded start state of every chunk
+  std::vector<double> chunk_states_bound;  // same shape: the folded final_ssm_bound at each chunk start
   std::vector<int64_t> chunk_seq, chunk_start;  // (NC,) sequence id and first token (row index)
 };
 
@@ -195,10 +206,13 @@ Result mimo_chunked(const MimoParams& p, const MimoInputs& in);
 // Both forms, their measured agreement, and the result as golden tensors:
 //   outputs: out (dtype p.out_dtype, bound), final_angle (f32, bound), final_ssm (f32, bound),
 //            final_k (SISO f32, MIMO p.out_dtype; bound), final_v (p.out_dtype)
-//   intermediates: chunk_states (C, H, P, N) fp64, chunk_start (C) token index of each chunk
+//   intermediates: chunk_states (C, H, P, N; dtype SISO bf16, MIMO f32: the kernels' chunk-state
+//                  dtype, see above) with its bound in intermediate_bounds["chunk_states"],
+//                  chunk_start (C) token index of each chunk
 //                  (Result::out_pregate is left out of the goldens for size; its agreement is kept)
-//   agreement: out, out_bound, out_pregate, final_* and chunk_states, step vs chunked (angles compared
-//              circularly); for every Q in extra_chunk_sizes also out, out_bound and the final states
+//   agreement: out, out_bound, out_pregate, final_*, chunk_states and chunk_states_bound, step vs
+//              chunked (angles compared circularly); for every Q in extra_chunk_sizes also out,
+//              out_bound and the final states
 //              vs "chunked(Q=..)". Values are from the step form (the ground truth).
 OracleResult siso_oracle(const SisoParams& p, const SisoInputs& in);
 OracleResult mimo_oracle(const MimoParams& p, const MimoInputs& in);

@@ -114,7 +114,8 @@ void chunk_core(const Problem& pb, const SeqData& sd, Mat& H, Mat& Y, double* ch
     Mat Vw = Vc;
     for (int64_t j = 0; j < rows; ++j) Vw.row(j) *= std::exp(seg(L - 1, j / R)) * sd.scale[c0 + j / R];
     if (var == Variant::bf16_kernel) kr_inplace(pb, Vw);
-    if (var != Variant::no_chunk_decay) H *= std::exp(acum[L - 1]);
+    const bool skip_decay = var == Variant::no_chunk_decay && (pb.variant_chunk < 0 || c0 / Qn + 1 == pb.variant_chunk);
+    if (!skip_decay) H *= std::exp(acum[L - 1]);
     H.noalias() += Vw.transpose() * Kc;
   }
 }
@@ -297,7 +298,9 @@ void run_one(const Problem& pb, int64_t n, int64_t h, Result& res) {
   Mat Y, Ya;
   chunk_core(pb, sd, Hs, Y, len > 0 ? &res.chunk_states[pb.ichunk(pb.chunk_off[n], h)] : nullptr,
              pb.H * P * N);
-  chunk_core(pb, sa, Ha, Ya, nullptr, 0);
+  // The magnitude pass snapshots its folded start states too: chunk_states_bound.
+  chunk_core(pb, sa, Ha, Ya, len > 0 ? &res.chunk_states_bound[pb.ichunk(pb.chunk_off[n], h)] : nullptr,
+             pb.H * P * N);
 
   for (int64_t row = 0; row < len * R; ++row)
     for (int64_t p = 0; p < P; ++p) res.out_pregate[pb.ipre(b, t0 + row / R, row % R, h) + p] = Y(row, p);

@@ -60,6 +60,9 @@ struct Problem {
   bool fused_norm = false;
   double norm_eps = 1e-5;
   Variant variant = Variant::exact;
+  // no_chunk_decay only: -1 at every chunk boundary; k >= 1 only for the state carried into chunk
+  // k of each sequence (a mutant first wrong at a chosen chunk: the tests of assay bisect).
+  int64_t variant_chunk = -1;
   // Calibration knob (chunked form only, independent of `variant`): emulate the Triton SISO angle
   // path, which stores every token's cumulative angle and the final angle state in bf16 (the dtype
   // of Angles) after an fp32 cumsum; the rotations then use the stored bf16 angles.

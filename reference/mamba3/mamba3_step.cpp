@@ -112,15 +112,23 @@ void run_one(const Problem& pb, int64_t n, int64_t h, Result& res) {
     const double beta = (1.0 - lam) * dtv * alpha;
     const double gamma = lam * dtv;
 
-    // Chunk start: record the folded state H_{t-1} + (1 - lambda_t) DT_t sum_r v_{t-1} k_{t-1}^T.
+    // Chunk start: record the folded state H_{t-1} + (1 - lambda_t) DT_t sum_r v_{t-1} k_{t-1}^T,
+    // and its magnitude, folded the same way from the magnitude state Ha (the final_ssm_bound
+    // recurrence) with every factor in absolute value (w >= 0).
     if (tl % pb.chunk == 0) {
-      double* cs = &res.chunk_states[pb.ichunk(pb.chunk_off[n] + tl / pb.chunk, h)];
+      const int64_t ic = pb.ichunk(pb.chunk_off[n] + tl / pb.chunk, h);
+      double* cs = &res.chunk_states[ic];
+      double* csa = &res.chunk_states_bound[ic];
       const double w = (1.0 - lam) * dtv;
       for (int64_t p = 0; p < P; ++p)
         for (int64_t j = 0; j < N; ++j) {
-          double acc = 0;
-          for (int64_t r = 0; r < R; ++r) acc += vprev[r * P + p] * kprev[r * N + j];
+          double acc = 0, acca = 0;
+          for (int64_t r = 0; r < R; ++r) {
+            acc += vprev[r * P + p] * kprev[r * N + j];
+            acca += std::fabs(vprev[r * P + p] * kprev[r * N + j]);
+          }
           cs[p * N + j] = Hs[p * N + j] + w * acc;
+          csa[p * N + j] = Ha[p * N + j] + w * acca;
         }
     }
 

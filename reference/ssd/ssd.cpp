@@ -165,7 +165,7 @@ struct ChunkSet {
 //      Y[l] += sc_l (C_l . S_start_c);
 //   4. varlen_states (parallel over (sequence, h), chunk_state_varlen).
 void chunked_core(const Inputs& in, const Dims& d, const std::vector<double>& delta,
-                  const std::vector<ChunkSet>& sets, Mutant m) {
+                  const std::vector<ChunkSet>& sets, Mutant m, int64_t mutant_chunk) {
   const int64_t PN = d.P * d.N, hpg = d.H / d.G, items = d.B * d.H * d.NC;
   const bool use_seq = !in.seq_idx.empty() && m != Mutant::no_seq_reset;
   // Passes 1, 3 and 4 always run inside a parallel region, however small: there OpenBLAS runs each
@@ -238,7 +238,8 @@ void chunked_core(const Inputs& in, const Dims& d, const std::vector<double>& de
     }
     // State passing factor of this chunk.
     double cf = seq_end == seq_end_prev ? std::exp(acum[Qc - 1]) : 0.0;
-    if (m == Mutant::state_passing_no_decay) cf = seq_end == seq_end_prev ? 1.0 : 0.0;
+    if (m == Mutant::state_passing_no_decay && (mutant_chunk < 0 || c + 1 == mutant_chunk))
+      cf = seq_end == seq_end_prev ? 1.0 : 0.0;
     if (m == Mutant::no_state_passing) cf = 0.0;
     carry[bh * d.NC + c] = cf;
     // State-to-output scale, own step's decay included (Acum inclusive).
@@ -446,7 +447,7 @@ Result chunked(const Params& p, const Inputs& in, Mutant m) {
     ax = abs_of(in.x), aB = abs_of(in.B), aC = abs_of(in.C), ah0 = abs_of(in.initial_states);
     sets.push_back({&ax, &aB, &aC, &ah0, &ca});
   }
-  chunked_core(in, d, r.dt_processed, sets, m);
+  chunked_core(in, d, r.dt_processed, sets, m, p.mutant_chunk);
   epilogue(in, d, c, ca, m == Mutant::d_after_gate, r);
   return r;
 }
@@ -511,8 +512,11 @@ OracleResult oracle(const Params& params, const Inputs& in) {
     o.outputs.push_back(std::move(vs));
   }
 
+  // chunk_states in the dtype the kernels store them in: _state_passing_fwd writes the chunk start
+  // states in C.dtype (= x.dtype = out_dtype) for chunk_scan to read; bound packaged for bisection.
   o.intermediates.push_back(tensor("chunk_states", {"B", "chunk", "H", "P", "N"},
-                                   {d.B, d.NC, d.H, d.P, d.N}, DType::f64, rec.chunk_states));
+                                   {d.B, d.NC, d.H, d.P, d.N}, p.out_dtype, rec.chunk_states));
+  o.intermediate_bounds["chunk_states"] = rec.chunk_states_bound;
   o.intermediates.push_back(
       tensor("dt_processed", {"B", "T", "H"}, {d.B, d.T, d.H}, DType::f64, rec.dt_processed));
   o.intermediates.push_back(tensor("dA_cumsum", {"B", "H", "chunk", "Q"}, {d.B, d.H, d.NC, d.Q},

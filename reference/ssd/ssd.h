@@ -66,6 +66,10 @@ struct Params {
   DType out_dtype = DType::f32;
   DType state_dtype = DType::f32;
   bool compute_bounds = true;  // false: the *_bound vectors stay empty (half the work)
+  // chunked() with Mutant::state_passing_no_decay only: >= 1 plants that bug at one chunk boundary,
+  // the state carried INTO chunk mutant_chunk (a mutant first wrong at a chosen chunk: the tests of
+  // assay bisect); -1: at every boundary.
+  int64_t mutant_chunk = -1;
   // oracle() only: further chunk sizes whose chunked form is also checked against the
   // recurrence (out and final_states), recorded as agreement entries "chunked(Q=..)".
   std::vector<int64_t> cross_check_chunk_sizes;
@@ -170,9 +174,10 @@ Result chunked(const Params& p, const Inputs& in, Mutant m = Mutant::none);
 //                   (dtype state_dtype, bound), with cu_seqlens "varlen_states" [seq,H,P,N]
 //                   (dtype state_dtype, bound); expected values from the recurrence
 //   intermediates:  "chunk_states" [B,chunk,H,P,N] (the state at the start of each chunk, for
-//                   bisection to the first bad chunk; chunk 0 = initial_states), "dt_processed"
-//                   [B,T,H], "dA_cumsum" [B,H,chunk,Q] (see ssd::dA_cumsum). Their bound
-//                   (Result::chunk_states_bound) is not packaged, to keep goldens small.
+//                   bisection to the first bad chunk; chunk 0 = initial_states; dtype out_dtype,
+//                   the x.dtype upstream's _state_passing_fwd stores them in for chunk_scan, with
+//                   intermediate_bounds["chunk_states"] = Result::chunk_states_bound), "dt_processed"
+//                   [B,T,H], "dA_cumsum" [B,H,chunk,Q] (see ssd::dA_cumsum), both fp64.
 //   agreement:      recurrence vs chunked on out, final_states, chunk_states (varlen_states);
 //                   plus out and final_states for every Q in cross_check_chunk_sizes.
 // oracle() always computes the bounds (compute_bounds is ignored there).

@@ -27,8 +27,15 @@ struct BisectPairCli {
   std::string profile;
   std::vector<std::string> outputs;
   bool no_fixture_check = false;
+  std::string repro;  // bundle prefix ("" = <candidate without .h5>.bisect)
+  bool no_repro = false;
 };
 int run_bisect_pair(const std::string& golden, const std::string& candidate, const BisectPairCli& o, const Common& common);
+// bisect --kernel K --case C: runs the kernel on the case's golden through the verify runner (GPU),
+// keeps its candidate (with the intermediates it declares) and bisects it as above.
+int run_bisect_kernel(const std::string& kernel, const std::string& case_glob, const std::vector<std::string>& plugins,
+                      const std::string& golden_dir, const std::string& work_dir, double timeout_s, BisectPairCli o,
+                      const Common& common);
 
 std::string default_fixtures_dir();
 // Validators: a finite number >= 0 (tolerances), a finite number > 0 (timeouts). NaN and Inf fail.

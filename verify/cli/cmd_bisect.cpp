@@ -2,6 +2,8 @@
 //   assay bisect GOLDEN CANDIDATE                 where one candidate first goes wrong: the first
 //                                                 bad position (and chunk) of each output
 //                                                 (verify/bisect.h, cmd_bisect_pair.cpp)
+//   assay bisect --kernel K --case C [--plugin P]  the same for a kernel run on the GPU
+//                                                 (cmd_bisect_pair.cpp)
 //   assay bisect --git GOOD BAD [options] -- BUILD_CMD...
 //                                                 the first bad commit (verify/bisect_git.h)
 #include <signal.h>
@@ -81,6 +83,8 @@ void add_bisect(CLI::App& app, Common& common, int& rc) {
   s->add_option("--output", b->pair.outputs, "GOLDEN CANDIDATE: only this output (repeatable)")->type_size(1)->allow_extra_args(false);
   s->add_flag("--no-fixture-check", b->pair.no_fixture_check, "GOLDEN CANDIDATE: skip regenerating inputs from the fixture");
   s->add_flag("--json", common.json, "GOLDEN CANDIDATE: JSON on stdout");
+  s->add_option("--repro", b->pair.repro, "GOLDEN CANDIDATE: repro bundle prefix (default <candidate>.bisect)");
+  s->add_flag("--no-repro", b->pair.no_repro, "GOLDEN CANDIDATE: write no repro bundle");
   s->callback([b, &common, &rc] {
     if (b->git) {
       if (!b->pair.profile.empty() || !b->pair.outputs.empty() || common.json)
@@ -89,9 +93,18 @@ void add_bisect(CLI::App& app, Common& common, int& rc) {
       rc = run_git(*b, common);
       return;
     }
+    if (!b->g.kernels.empty() && b->args.empty()) {  // --kernel K --case C: run it on the GPU, then bisect
+      if (b->g.kernels.size() != 1 || b->g.cases.size() != 1 || !b->g.candidate_cmd.empty())
+        throw InputError("bisect --kernel K --case C: one kernel and one case (glob), no --candidate-cmd");
+      if (b->g.golden_dir.empty()) b->g.golden_dir = default_golden_dir("L0");
+      rc = run_bisect_kernel(b->g.kernels[0], b->g.cases[0], b->g.plugins, b->g.golden_dir, b->g.work_dir, b->g.timeout_s,
+                             b->pair, common);
+      return;
+    }
     if (!b->g.kernels.empty() || !b->g.plugins.empty() || !b->g.candidate_cmd.empty() || !b->g.cases.empty())
-      throw InputError("bisect GOLDEN CANDIDATE: --kernel, --plugin, --candidate-cmd and --case apply to bisect --git");
-    if (b->args.size() != 2) throw InputError("bisect: give GOLDEN CANDIDATE, or --git GOOD BAD -- BUILD_CMD...");
+      throw InputError("bisect GOLDEN CANDIDATE: --kernel, --plugin, --candidate-cmd and --case apply to bisect --git and bisect --kernel K --case C");
+    if (b->args.size() != 2)
+      throw InputError("bisect: give GOLDEN CANDIDATE, --kernel K --case C, or --git GOOD BAD -- BUILD_CMD...");
     rc = run_bisect_pair(b->args[0], b->args[1], b->pair, common);
   });
 }

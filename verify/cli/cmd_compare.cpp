@@ -129,13 +129,15 @@ int run_compare(const CompareOpts& o, const Common& common) {
   if (common.json) {
     js["verdict"] = verdict_name(verdict);
     for (const auto& r : reports) js["tensors"].push_back(tensor_json(r));
+    js["notes"] = res.notes;
     if (!rep.cases.back().repro.empty()) js["repro"] = rep.cases.back().repro;
     std::cout << js.dump(2) << "\n";
   } else {
     fmt::print("{}/{}: golden {} vs candidate {} (profile {}){}\n", g.prov.op, g.prov.case_name, o.golden, o.candidate,
                profile, o.no_fixture_check ? " (fixture not checked: --no-fixture-check)" : "");
     for (const auto& r : reports) fmt::print("  {}\n    tolerance {}: {}\n", r.summary(), r.tol.source, r.tol.why);
-    for (const auto& f : rep.cases.back().findings) fmt::print("  {}\n", f);
+    for (const auto& n : res.notes) fmt::print("  {}\n", n);
+    for (size_t i = res.notes.size(); i < rep.cases.back().findings.size(); ++i) fmt::print("  {}\n", rep.cases.back().findings[i]);
     if (!rep.cases.back().repro.empty()) fmt::print("  repro bundle: {}\n", rep.cases.back().repro);
     fmt::print("{} {}/{}\n", verdict_name(verdict), g.prov.op, g.prov.case_name);
   }

@@ -92,6 +92,7 @@ Golden pack(const gen::Case& c, gen::Generated&& g) {
   gd.inputs = std::move(g.inputs);
   gd.outputs = std::move(g.result.outputs);
   gd.intermediates = std::move(g.result.intermediates);
+  gd.intermediate_bounds = std::move(g.result.intermediate_bounds);
   gd.agreement = std::move(g.result.agreement);
   gd.single_form = std::move(g.result.single_form);
   gd.case_fields = c.resolved();

@@ -44,7 +44,9 @@ nlohmann::json to_json(const std::string& path, const Golden& g) {
                             {"axes", o.expected.axes}, {"bound", o.bound.has_value()},
                             {"rounded", o.rounded.has_value()}, {"allow_nonfinite", o.allow_nonfinite},
                             {"single_form_reason", g.single_form.count(o.expected.name) ? g.single_form.at(o.expected.name) : ""}});
-  for (const auto& t : g.intermediates) j["intermediates"].push_back({{"name", t.name}, {"shape", t.shape}, {"axes", t.axes}});
+  for (const auto& t : g.intermediates)
+    j["intermediates"].push_back({{"name", t.name}, {"shape", t.shape}, {"axes", t.axes}, {"dtype", std::string(name(t.dtype))},
+                                  {"bound", g.intermediate_bounds.count(t.name) > 0}});
   j["case_fields"] = nlohmann::json::object();
   for (const auto& [k, v] : g.case_fields.all())
     std::visit([&, k = k](const auto& x) { j["case_fields"][k] = x; }, v);
@@ -71,7 +73,9 @@ void print(const std::string& path, const Golden& g) {
   for (const auto& [n, why] : g.single_form) fmt::print("    {}: one oracle form only: {}\n", n, why);
   if (!g.intermediates.empty()) {
     fmt::print("  intermediates:\n");
-    for (const auto& t : g.intermediates) fmt::print("    {:<14} {:<22} {}\n", t.name, shape_str(t.shape), axes_str(t.axes));
+    for (const auto& t : g.intermediates)
+      fmt::print("    {:<14} {:<22} {:<18} {}{}\n", t.name, shape_str(t.shape), axes_str(t.axes), name(t.dtype),
+                 g.intermediate_bounds.count(t.name) ? "  bound" : "");
   }
   fmt::print("  case fields (resolved, what kernels see):\n");
   const auto fields = g.case_fields.str();

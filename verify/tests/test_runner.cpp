@@ -312,6 +312,18 @@ TEST_CASE("plugin ABI: version 1 tables load as strict, version 2 carries the pr
   CHECK_THAT(r.out, assay_test::Contains("precision profile 'no-such-profile' is not one of op scaled_add's profiles"));
 }
 
+TEST_CASE("plugin ABI: version 4 tables declare the intermediates they write; version 2 and 3 strides still hold",
+          "[cpu][L0]") {
+  const auto v4 = kernels::load_plugin(FAKE_PLUGIN_V4);
+  REQUIRE(v4 == std::vector<std::string>{"fake_v4_a", "fake_v4_b"});  // the v4 stride
+  CHECK(kernels::find_kernel("fake_v4_a")->intermediates == std::vector<std::string>{"chunk_states"});
+  CHECK(kernels::find_kernel("fake_v4_b")->intermediates.empty());
+  CHECK(kernels::find_kernel("fake_v4_b")->profile == "strict");
+  kernels::load_plugin(FAKE_PLUGIN_V2);  // the version 2/3 layout ends before intermediates
+  CHECK(kernels::find_kernel("fake_v2_a")->intermediates.empty());
+  CHECK(kernels::find_kernel("fake_v2_b")->profile == "strict");
+}
+
 TEST_CASE("reports: JSON counts and exit code, JUnit failure/error/skipped", "[cpu][L0]") {
   RunReport r;
   r.device = nlohmann::json{{"name", "Fake GPU"}, {"driver", "1.2"}, {"cuda_runtime", "13.0"}};

@@ -1051,3 +1051,203 @@ TEST_CASE("Chunk start states localize a chunking bug to its first bad chunk", "
   CHECK(first_bad == 1);
   CHECK(gold.chunk_start[1] == 16);
 }
+
+// -----------------------------------------------------------------------------------------------
+// Chunk-state bounds (intermediate_bounds["chunk_states"])
+// -----------------------------------------------------------------------------------------------
+
+namespace {
+
+// One sequence of a (B, T, ...) problem cut to its first `len` tokens, as a B = 1, no-varlen
+// problem with that sequence's input-state row. X = per-token width of a (B, T, X) tensor.
+std::vector<double> cut_bt(const std::vector<double>& x, int64_t T, int64_t X, int64_t b, int64_t s0, int64_t len) {
+  if (x.empty()) return {};
+  return std::vector<double>(x.begin() + (b * T + s0) * X, x.begin() + (b * T + s0 + len) * X);
+}
+std::vector<double> cut_bht(const std::vector<double>& x, int64_t H, int64_t T, int64_t b, int64_t s0, int64_t len) {
+  std::vector<double> o;
+  for (int64_t h = 0; h < H; ++h)
+    o.insert(o.end(), x.begin() + (b * H + h) * T + s0, x.begin() + (b * H + h) * T + s0 + len);
+  return o;
+}
+std::vector<double> cut_row(const std::vector<double>& x, int64_t per_row, int64_t n) {
+  if (x.empty()) return {};
+  return std::vector<double>(x.begin() + n * per_row, x.begin() + (n + 1) * per_row);
+}
+
+template <class Params, class Inputs>
+Inputs cut_inputs(const Params& p, const Inputs& in, int64_t R, int64_t S, int64_t b, int64_t n, int64_t s0,
+                  int64_t len) {
+  Inputs o = in;
+  const int64_t T = p.T, H = p.H, G = p.G, N = p.N, P = p.P;
+  o.q = cut_bt(in.q, T, R * G * N, b, s0, len);
+  o.k = cut_bt(in.k, T, R * G * N, b, s0, len);
+  o.v = cut_bt(in.v, T, H * P, b, s0, len);
+  o.z = cut_bt(in.z, T, H * P, b, s0, len);
+  o.angles = cut_bt(in.angles, T, H * S, b, s0, len);
+  o.adt = cut_bht(in.adt, H, T, b, s0, len);
+  o.dt = cut_bht(in.dt, H, T, b, s0, len);
+  o.trap = cut_bht(in.trap, H, T, b, s0, len);
+  o.angle_state = cut_row(in.angle_state, H * S, n);
+  o.ssm_state = cut_row(in.ssm_state, H * P * N, n);
+  o.k_state = cut_row(in.k_state, R * H * N, n);
+  o.v_state = cut_row(in.v_state, H * P, n);
+  // An empty cut (a chunk at the sequence start) has no Z: MIMO_Z then goes too (they come together;
+  // the output gate does not touch the state or its bound).
+  if constexpr (requires { o.zeta; })
+    if (o.z.empty()) o.zeta.clear();
+  return o;
+}
+
+// (b) For every chunk c (sequence n, first token t0 of the sequence's chunk grid): the chunk's
+// bound equals the final_ssm_bound of the sequence truncated before t0, folded like the value:
+//   + (1 - lambda_{t0}) DT_{t0} sum_r |V_{t0-1} Psi_r| |K_{t0-1,r}|  (the truncated run's final V / K).
+// The step form computes both with the same operations in the same order, so the relation is exact
+// (bit for bit); it is checked to 1e-14 relative. Returns the worst relative difference.
+// (a) Also: bound >= |chunk_states| elementwise (both forms), the chunked form's bound agrees.
+template <class Params, class Inputs, class Step, class Chunked>
+double check_chunk_bounds(const Params& p, const Inputs& in, int64_t R, int64_t S, const std::vector<double>& psi,
+                          Step step, Chunked chunked) {
+  const Result st = step(p, in), ch = chunked(p, in);
+  REQUIRE(st.chunk_states_bound.size() == st.chunk_states.size());
+  for (const Result* r : {&st, &ch})
+    for (size_t i = 0; i < r->chunk_states.size(); ++i)
+      CHECK(r->chunk_states_bound[i] >= std::fabs(r->chunk_states[i]) * (1 - 1e-14));
+  CHECK(agreement_rel(ch.chunk_states_bound, st.chunk_states_bound) <= kFormAgreement);
+
+  const int64_t H = p.H, P = p.P, N = p.N, T = p.T, Q = p.chunk_size;
+  const int64_t per = H * P * N;
+  double worst = 0;
+  int64_t checked = 0;
+  for (size_t c = 0; c < st.chunk_start.size(); ++c) {
+    const int64_t n = st.chunk_seq[c];
+    const int64_t b = p.cu_seqlens.empty() ? n : 0;
+    const int64_t s0 = p.cu_seqlens.empty() ? 0 : p.cu_seqlens[n];
+    const int64_t t0 = st.chunk_start[c] - s0;  // first token of the chunk within its sequence
+    REQUIRE(t0 % Q == 0);
+    Params q = p;
+    q.B = 1;
+    q.T = t0;
+    q.cu_seqlens.clear();
+    q.extra_chunk_sizes.clear();
+    const Inputs cut = cut_inputs(p, in, R, S, b, n, s0, t0);
+    const Result pre = step(q, cut);
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t i = (b * H + h) * T + s0 + t0;
+      const double lam = 1.0 / (1.0 + std::exp(-in.trap[i]));
+      const double w = (1.0 - lam) * in.dt[i];
+      std::vector<double> expect(P * N), got(P * N);
+      for (int64_t pp = 0; pp < P; ++pp)
+        for (int64_t j = 0; j < N; ++j) {
+          double acca = 0;
+          for (int64_t r = 0; r < R; ++r) {
+            const double ps = psi.empty() ? 1.0 : psi[(h * R + r) * P + pp];
+            acca += std::fabs(pre.final_v[h * P + pp] * ps) * std::fabs(pre.final_k[(r * H + h) * N + j]);
+          }
+          expect[pp * N + j] = pre.final_ssm_bound[h * P * N + pp * N + j] + w * acca;
+          got[pp * N + j] = st.chunk_states_bound[c * per + h * P * N + pp * N + j];
+        }
+      const double a = agreement_rel(got, expect);
+      INFO("chunk " << c << " (sequence " << n << ", t0 " << t0 << "), head " << h);
+      CHECK(a <= 1e-14);
+      worst = std::max(worst, a);
+      ++checked;
+    }
+  }
+  CHECK(checked == int64_t(st.chunk_start.size()) * H);
+  return worst;
+}
+
+}  // namespace
+
+TEST_CASE("Chunk-state bounds: >= |value|, and the truncated problem's final_ssm_bound, folded", "[cpu][L0]") {
+  auto siso_step_fn = [](const SisoParams& p, const SisoInputs& in) { return siso_step(p, in); };
+  auto siso_ch_fn = [](const SisoParams& p, const SisoInputs& in) { return siso_chunked(p, in); };
+  auto mimo_step_fn = [](const MimoParams& p, const MimoInputs& in) { return mimo_step(p, in); };
+  auto mimo_ch_fn = [](const MimoParams& p, const MimoInputs& in) { return mimo_chunked(p, in); };
+  double worst = 0;
+  SECTION("SISO") {
+    const bool states = GENERATE(false, true);
+    const bool varlen = GENERATE(false, true);
+    SisoParams p;
+    p.H = 2;
+    p.G = 1;
+    p.N = 8;
+    p.P = 3;
+    p.S = 3;
+    p.chunk_size = 8;
+    if (varlen) {
+      p.B = 1;
+      p.T = 45;
+      p.cu_seqlens = {0, 5, 5, 23, 45};  // mid-chunk starts, an empty sequence, T % Q != 0
+    } else {
+      p.B = 2;
+      p.T = 37;  // 4 full chunks and a 5-token tail
+    }
+    Opts o;
+    o.states = states;
+    const auto in = make_siso(p, 901 + 2 * states + varlen, o);
+    worst = check_chunk_bounds(p, in, 1, p.S, {}, siso_step_fn, siso_ch_fn);
+    // The oracle exposes the step form's bound under the intermediate's name, with its shape.
+    const OracleResult orr = siso_oracle(p, in);
+    const auto it = orr.intermediate_bounds.find("chunk_states");
+    REQUIRE(it != orr.intermediate_bounds.end());
+    CHECK(it->second == siso_step(p, in).chunk_states_bound);
+    for (const auto& t : orr.intermediates)
+      if (t.name == "chunk_states") {
+        CHECK(t.dtype == DType::bf16);  // mamba3_siso_fwd allocates SSM_States in bf16
+        CHECK(t.data.size() == it->second.size());
+      }
+  }
+  SECTION("MIMO") {
+    const bool states = GENERATE(false, true);
+    const bool varlen = GENERATE(false, true);
+    MimoParams p;
+    p.H = 2;
+    p.N = 8;
+    p.P = 3;
+    p.R = varlen ? 3 : 2;
+    p.rotary_dim_divisor = 2;
+    p.chunk_size = 4;
+    if (varlen) {
+      p.B = 1;
+      p.T = 30;
+      p.cu_seqlens = {0, 0, 7, 7, 30};  // a leading and a middle empty sequence, mid-chunk starts
+    } else {
+      p.B = 2;
+      p.T = 19;
+    }
+    MOpts o;
+    o.states = states;
+    const auto in = make_mimo(p, 911 + 2 * states + varlen, o);
+    worst = check_chunk_bounds(p, in, p.R, p.S(), in.psi, mimo_step_fn, mimo_ch_fn);
+    const OracleResult orr = mimo_oracle(p, in);
+    const auto it = orr.intermediate_bounds.find("chunk_states");
+    REQUIRE(it != orr.intermediate_bounds.end());
+    CHECK(it->second == mimo_step(p, in).chunk_states_bound);
+    for (const auto& t : orr.intermediates)
+      if (t.name == "chunk_states") CHECK(t.dtype == DType::f32);  // the TileLang fp32 running state
+  }
+  std::printf("chunk-state bound vs truncated final_ssm_bound (folded): worst rel diff %.3g\n", worst);
+}
+
+TEST_CASE("Chunk-state bounds equal the chunk states when every term is nonnegative", "[cpu][L0]") {
+  MimoParams p;
+  p.T = 23;
+  p.H = 2;
+  p.N = 8;
+  p.P = 4;
+  p.R = 2;
+  p.chunk_size = 5;
+  MOpts o;
+  o.states = true;
+  auto in = make_mimo(p, 5, o);
+  for (auto* x : {&in.q, &in.k, &in.v, &in.psi, &in.q_bias, &in.k_bias, &in.ssm_state, &in.k_state, &in.v_state})
+    for (auto& e : *x) e = std::fabs(e);
+  in.angles.assign(in.angles.size(), 0.0);
+  in.angle_state.assign(in.angle_state.size(), 0.0);
+  for (const Result& r : {mimo_step(p, in), mimo_chunked(p, in)}) {
+    CHECK(max_abs(r.chunk_states) > 0);
+    CHECK(agreement_rel(r.chunk_states_bound, r.chunk_states) <= 1e-13);
+  }
+}
