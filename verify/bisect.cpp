@@ -100,6 +100,7 @@ BisectReport bisect_candidate(const Golden& g, const TolerancePolicy& policy, co
     const auto p = error_profile(out, tr.tol, res.actual[k], std::numeric_limits<int64_t>::max());
     BisectOutput b;
     b.name = tr.name;
+    b.backward = tr.name.size() > 1 && tr.name[0] == 'd' && g.input(tr.name.substr(1)) != nullptr;
     b.seq_axis = p.seq_axis;
     b.seq_len = p.seq_len;
     b.max_ratio = tr.max_ratio;
@@ -129,6 +130,7 @@ BisectReport bisect_candidate(const Golden& g, const TolerancePolicy& policy, co
   }
   std::stable_sort(r.outputs.begin(), r.outputs.end(), [](const BisectOutput& a, const BisectOutput& b) {
     if (a.bad != b.bad) return a.bad;
+    if (a.backward != b.backward) return !a.backward;  // the forward before the backward
     const auto pa = a.first_bad_pos < 0 ? std::numeric_limits<int64_t>::max() : a.first_bad_pos;
     const auto pb = b.first_bad_pos < 0 ? std::numeric_limits<int64_t>::max() : b.first_bad_pos;
     return pa < pb;
@@ -201,7 +203,8 @@ std::string BisectReport::text() const {
       s += fmt::format("  {}: wrong as a whole (a never-pass rule: all zero, constant, or NaN/Inf where the golden is finite)\n", o.name);
       continue;
     }
-    s += fmt::format("  {}first bad: {} at {}={} of {} ({}x allowed at {})", first ? "" : "also ", o.name, o.seq_axis,
+    s += fmt::format("  {}first bad: {}{} at {}={} of {} ({}x allowed at {})", first ? "" : "also ", o.name,
+                     o.backward ? " (backward)" : "", o.seq_axis,
                      o.first_bad_pos, o.seq_len, ratio_str(o.first_bad_ratio), o.first_bad_index);
     if (o.chunk >= 0) s += fmt::format(" = chunk {} x {} + {}", o.chunk, o.chunk_size, o.first_bad_pos - o.chunk * o.chunk_size);
     s += "\n";
@@ -231,7 +234,7 @@ nlohmann::json BisectReport::json() const {
   if (!repro_golden.empty()) j["repro"] = {{"golden", repro_golden}, {"candidate", repro_candidate}};
   j["outputs"] = nlohmann::json::array();
   for (const auto& o : outputs)
-    j["outputs"].push_back({{"name", o.name}, {"bad", o.bad}, {"seq_axis", o.seq_axis}, {"seq_len", o.seq_len},
+    j["outputs"].push_back({{"name", o.name}, {"bad", o.bad}, {"backward", o.backward}, {"seq_axis", o.seq_axis}, {"seq_len", o.seq_len},
                             {"first_bad_pos", o.first_bad_pos}, {"first_bad_index", o.first_bad_index},
                             {"first_bad_ratio", finite_or_null(o.first_bad_ratio)}, {"before_ratio", finite_or_null(o.before_ratio)},
                             {"chunk", o.chunk}, {"chunk_size", o.chunk_size}, {"max_ratio", finite_or_null(o.max_ratio)},

@@ -12,8 +12,9 @@
 //    (docs/DESIGN.md axis vocabulary: T, S, Sq, Sk, L, M; without one, the offset over the non
 //    batch/head axes), the first position out of tolerance with its multi-index, how far inside
 //    every earlier position stayed, the chunk that position falls in when the case has a
-//    `chunk_size`, and the worst (batch·head, tile) cells. Outputs are listed in the order they
-//    first go wrong. Without intermediates this is the whole answer.
+//    `chunk_size`, and the worst (batch·head, tile) cells. Outputs are listed forward before
+//    backward (a gradient is named "d" + an input), each group in the order they first go wrong.
+//    Without intermediates this is the whole answer.
 // 3. A repro bundle (write_bisect_bundle): the first bad walk step alone, as a small derived golden
 //    and a candidate that `assay compare` re-runs on.
 #pragma once
@@ -31,6 +32,7 @@ struct BisectOutput {
   std::string name, seq_axis;
   int64_t seq_len = 0;
   bool bad = false;
+  bool backward = false;            // a gradient: named "d" + one of the golden's inputs (dq, dx, dB, ...)
   int64_t first_bad_pos = -1;       // along the sequence axis (exact, not grouped)
   std::string first_bad_index;      // the first mismatching element at that position
   double first_bad_ratio = 0;       // max error / allowed at that position

@@ -25,7 +25,7 @@ namespace {
 // The golden's outputs rounded to their dtypes, as float32; from sequence position `from` on,
 // every element of the output `name` is off by `rel` relative (and by `rel` * max|out| absolute,
 // so that small elements are off too).
-void write_planted(const fs::path& path, const Golden& g, const std::string& name, int64_t from, double rel) {
+void write_planted(const fs::path& path, const Golden& g, const std::map<std::string, int64_t>& from_of, double rel) {
   auto h = h5::File::create(path.string());
   h.create_group("/outputs");
   for (const auto& o : g.outputs) {
@@ -38,7 +38,8 @@ void write_planted(const fs::path& path, const Golden& g, const std::string& nam
     std::vector<float> v(e.data.size());
     for (size_t i = 0; i < v.size(); ++i) {
       double x = round_to(e.dtype, e.data[i]);
-      if (e.name == name && t_axis >= 0 && e.unravel(static_cast<int64_t>(i))[static_cast<size_t>(t_axis)] >= from)
+      const auto f = from_of.find(e.name);
+      if (f != from_of.end() && t_axis >= 0 && e.unravel(static_cast<int64_t>(i))[static_cast<size_t>(t_axis)] >= f->second)
         x = x * (1 + rel) + rel * scale;
       v[i] = static_cast<float>(x);
     }
@@ -67,7 +68,7 @@ TEST_CASE("bisect over the outputs finds the first bad position and chunk a test
     const int64_t Q = g.case_fields.get_int("chunk_size"), T = g.case_fields.get_int("T");
     REQUIRE(T / Q >= 3);
     // The exact candidate passes: nothing to bisect.
-    write_planted(d / "exact.h5", g, c.output, T, 0.0);
+    write_planted(d / "exact.h5", g, {{c.output, T}}, 0.0);
     const auto ok = bisect_file(g, d / "exact.h5");
     INFO(c.golden << "\n" << ok.text());
     REQUIRE_FALSE(ok.any_bad());
@@ -75,7 +76,7 @@ TEST_CASE("bisect over the outputs finds the first bad position and chunk a test
     for (int rep = 0; rep < 2; ++rep) {
       const int64_t k = 1 + static_cast<int64_t>(rng.u01() * static_cast<double>(T / Q - 1));
       const int64_t from = k * Q + static_cast<int64_t>(rng.u01() * static_cast<double>(Q));
-      write_planted(d / "bad.h5", g, c.output, from, 0.05);
+      write_planted(d / "bad.h5", g, {{c.output, from}}, 0.05);
       const auto r = bisect_file(g, d / "bad.h5");
       INFO(c.golden << " planted from t=" << from << " (chunk " << k << ")\n" << r.text());
       REQUIRE(r.any_bad());
@@ -88,6 +89,25 @@ TEST_CASE("bisect over the outputs finds the first bad position and chunk a test
       CHECK_THAT(r.text(), assay_test::Contains(fmt::format("= chunk {} x {}", k, Q)));
     }
   }
+}
+
+TEST_CASE("bisect lists the forward outputs before the backward ones (gradients: d + an input name)", "[cpu][L0]") {
+  const auto g = read_golden((fs::path(ASSAY_SOURCE_DIR) / "golden/ssd/bwd_t130_q64_init.h5").string());
+  REQUIRE(g.output("out"));
+  REQUIRE(g.output("dx"));
+  const auto d = assay_test::fresh_dir("assay_test_bisect", "fwd_bwd");
+  // The gradient goes wrong earlier in the sequence than the forward output: still listed second.
+  write_planted(d / "bad.h5", g, {{"out", 100}, {"dx", 10}}, 0.05);
+  const auto r = bisect_file(g, d / "bad.h5");
+  INFO(r.text());
+  REQUIRE(r.outputs.size() >= 2);
+  CHECK(r.outputs[0].name == "out");
+  CHECK_FALSE(r.outputs[0].backward);
+  CHECK(r.outputs[0].first_bad_pos == 100);
+  CHECK(r.outputs[1].name == "dx");
+  CHECK(r.outputs[1].backward);
+  CHECK(r.outputs[1].first_bad_pos == 10);
+  CHECK_THAT(r.text(), assay_test::Contains("also first bad: dx (backward) at T=10"));
 }
 
 // ---- the intermediates walk: a real mutant first wrong at a chunk / step the test chooses ----------
