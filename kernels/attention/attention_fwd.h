@@ -29,7 +29,10 @@ cudaError_t attention_fwd_v2(const AttnParams& p, cudaStream_t s);
 
 // v2 split-KV: grid.z = p.num_splits over the oracle's split scheme (p.tile_n keys per tile,
 // ceil(n_tiles / num_splits) contiguous tiles per split); fp32 partials in a cudaMallocAsync
-// workspace on s, combined by launch_attention_combine, workspace freed on s.
+// workspace on s, combined by launch_attention_combine, workspace freed on s. When set,
+// p.o_partial_export (fp32 [num_splits, <O layout>]) and p.lse_partial_export (fp32
+// [num_splits, <LSE layout>]) receive copies of the partials before the combine: the golden's
+// O_partial / LSE_partial intermediates (run_split_kernel, attention_params.h).
 cudaError_t attention_fwd_v2_split(const AttnParams& p, cudaStream_t s);
 
 // v3 decode: the Sq x (Hq / Hkv) query rows of one GQA group packed into one query tile (K/V of a
