@@ -77,7 +77,7 @@ bool BisectReport::any_bad() const {
 }
 
 const BisectStage* BisectReport::first_bad_stage() const {
-  return !stages.empty() && stages.front().bad ? &stages.front() : nullptr;
+  return !stages.empty() && stages.front().bad && stages.front().first_bad >= 0 ? &stages.front() : nullptr;
 }
 
 BisectReport bisect_candidate(const Golden& g, const TolerancePolicy& policy, const h5::File& cand,
@@ -135,9 +135,12 @@ BisectReport bisect_candidate(const Golden& g, const TolerancePolicy& policy, co
     const auto pb = b.first_bad_pos < 0 ? std::numeric_limits<int64_t>::max() : b.first_bad_pos;
     return pa < pb;
   });
+  // Bad ones first, by walk index; one wrong only as a whole (a never-pass rule, first_bad -1) after those.
   std::stable_sort(r.stages.begin(), r.stages.end(), [](const BisectStage& a, const BisectStage& b) {
     if (a.bad != b.bad) return a.bad;
-    return a.first_bad < b.first_bad;
+    const auto ka = a.first_bad < 0 ? std::numeric_limits<int64_t>::max() : a.first_bad;
+    const auto kb = b.first_bad < 0 ? std::numeric_limits<int64_t>::max() : b.first_bad;
+    return ka < kb;
   });
   return r;
 }
@@ -173,6 +176,8 @@ std::string BisectReport::text() const {
         s += fmt::format(" ({}{})\n", first_out->name, first_out->first_bad_index);
       }
       s += fmt::format("    tolerance: {}\n", b->tolerance_source);
+    } else if (stages.front().bad) {  // wrong only as a whole: no walk step to name (listed below)
+      s += "  first bad: no single step: the intermediates below are wrong as a whole\n";
     } else {
       const bool split = std::any_of(stages.begin(), stages.end(), [](const BisectStage& t) { return t.walk_axis == "split"; });
       double m = 0;
@@ -181,7 +186,10 @@ std::string BisectReport::text() const {
                        split ? "the combine of the splits" : "after the last walked intermediate", ratio_str(m));
     }
     for (const auto& t : stages)
-      if (&t != first_bad_stage())
+      if (t.bad && t.first_bad < 0)
+        s += fmt::format("  also bad: {} as a whole (a never-pass rule: all zero, constant, or NaN/Inf where the golden is "
+                         "finite)\n", t.name);
+      else if (&t != first_bad_stage())
         s += t.bad ? fmt::format("  also bad: {}{} at {} ({}x allowed)\n", t.name, t.first_bad_index, t.label(t.first_bad),
                                  ratio_str(t.first_bad_ratio))
                    : fmt::format("  {}: within tolerance (max {}x allowed)\n", t.name, ratio_str(t.max_ratio));

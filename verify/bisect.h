@@ -66,7 +66,9 @@ struct BisectReport {
   CandidateResult judged;             // what compare saw (values for the repro bundle)
   std::string repro_golden, repro_candidate;  // set by write_bisect_bundle
   bool any_bad() const;
-  const BisectStage* first_bad_stage() const;  // nullptr when no intermediate is out of tolerance
+  // The stage with the smallest first bad walk index; nullptr when no intermediate has an element
+  // out of tolerance (none bad, or bad only as a whole under a never-pass rule).
+  const BisectStage* first_bad_stage() const;
   std::string text() const;           // the console lines
   nlohmann::json json() const;
 };

@@ -2,10 +2,6 @@
 // is checked for staleness and the candidate is read and judged exactly as `assay compare` does.
 // assay bisect --kernel K --case C: the same for a registered or plugin kernel, run on the GPU by
 // the verify runner first.
-#include <stdlib.h>
-
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <iostream>
 
@@ -60,24 +56,20 @@ int run_bisect_kernel(const std::string& kernel, const std::string& case_glob, c
   v.timeout_s = timeout_s;
   v.runs = 1;
   v.keep = true;
-  v.work_dir = work_dir;
-  if (v.work_dir.empty()) {
-    std::string t = (std::filesystem::temp_directory_path() / "assay-bisect-XXXXXX").string();
-    if (!::mkdtemp(t.data())) throw InputError(fmt::format("cannot create a temp directory: {}", std::strerror(errno)));
-    v.work_dir = t;
-  }
+  v.work_dir = work_dir;  // empty: the runner makes a temp directory, keeps it and names it on stderr
   const RunReport rep = run_verify(v);
   if (rep.cases.size() != 1)
     throw InputError(fmt::format("bisect --kernel {} --case {}: selects {} (kernel, golden) pairs; name exactly one", kernel,
                                  case_glob, rep.cases.size()));
   const CaseResult& cr = rep.cases.front();
   if (cr.candidate.empty() || !std::filesystem::exists(cr.candidate)) {
-    fmt::print("{} {}/{}: {}: {} (nothing to bisect; logs in {})\n", verdict_name(cr.verdict), cr.op, cr.case_name, cr.kernel,
-               cr.reason, v.work_dir);
+    fmt::print("{} {}/{}: {}: {} (nothing to bisect; the worker's log is in {})\n", verdict_name(cr.verdict), cr.op,
+               cr.case_name, cr.kernel, cr.reason, v.work_dir.empty() ? "the work directory named above" : v.work_dir);
     return cr.verdict == Verdict::NotRun || cr.verdict == Verdict::NotSupported ? kExitCouldNotRun : kExitFail;
   }
   if (o.profile.empty()) o.profile = cr.profile;
-  if (o.repro.empty()) o.repro = (std::filesystem::path(v.work_dir) / "bisect").string();
+  // The bundle next to the case's worker directory: <work dir>/bisect.*
+  if (o.repro.empty()) o.repro = (std::filesystem::path(cr.candidate).parent_path().parent_path() / "bisect").string();
   fmt::print("{}: {} on {}/{} ({}); candidate {}\n", cr.kernel, verdict_name(cr.verdict), cr.op, cr.case_name, cr.reason,
              cr.candidate);
   return run_bisect_pair(cr.golden, cr.candidate, o, common);

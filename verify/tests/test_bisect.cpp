@@ -215,3 +215,29 @@ TEST_CASE("bisect walks the intermediates to exactly the chunk or step where a p
     }
   }
 }
+
+TEST_CASE("bisect: an intermediate wrong only as a whole (a never-pass rule) names no step and writes no bundle",
+          "[cpu][L0]") {
+  // The golden's chunk states made tiny (1e-7, bound 0: inside the entry's atol of 1e-6 everywhere),
+  // the candidate's all zero: every element passes, the all-zero rule does not.
+  auto g = read_golden((fs::path(ASSAY_SOURCE_DIR) / "golden/gated_delta/t300_c64_gva_l2.h5").string());
+  for (auto& t : g.intermediates)
+    if (t.name == "chunk_states") std::fill(t.data.begin(), t.data.end(), 1e-7);
+  auto& b = g.intermediate_bounds.at("chunk_states");
+  std::fill(b.begin(), b.end(), 0.0);
+  std::map<std::string, std::vector<double>> vals;
+  for (const auto& o : g.outputs) vals[o.expected.name] = o.expected.data;
+  vals["chunk_states"].assign(g.intermediate("chunk_states")->data.size(), 0.0);
+  const auto d = assay_test::fresh_dir("assay_test_bisect", "whole");
+  write_mutant(d / "zero.h5", g, vals, "chunk_states");
+  auto r = bisect_file(g, d / "zero.h5");
+  INFO(r.text());
+  REQUIRE(r.any_bad());
+  REQUIRE(r.stages.size() == 1);
+  CHECK(r.stages[0].bad);
+  CHECK(r.stages[0].first_bad == -1);
+  CHECK(r.first_bad_stage() == nullptr);
+  CHECK_THAT(r.text(), assay_test::Contains("first bad: no single step"));
+  CHECK_THAT(r.text(), assay_test::Contains("also bad: chunk_states as a whole"));
+  CHECK_FALSE(write_bisect_bundle(g, r, (d / "bundle").string()));
+}
