@@ -95,20 +95,34 @@ RawGrads zero_raw_grads(const BwdPrep& P, const Inputs& in) {
   r.dge.assign(BT * P.HV, 0.0);
   r.dbe.assign(BT * P.HV, 0.0);
   if (!in.initial_state.empty()) r.dinitial_state.assign(P.Nseq * P.HV * P.KV, 0.0);
+  r.dh.assign(P.fw.chunk_offsets.back() * P.HV * P.KV, 0.0);
   return r;
 }
 
-Grads finish_backward(const Params& p, const Inputs& in, const BwdPrep& P, RawGrads&& raw) {
+Grads finish_backward(const Params& p, const Inputs& in, const BwdPrep& P, RawGrads&& raw, bool magnitude) {
   const int64_t BT = P.B * P.T, H = P.H, HV = P.HV, K = P.K;
   const std::vector<double>&dqh = raw.dqh, &dkh = raw.dkh, &dge = raw.dge, &dbe = raw.dbe;
   const std::vector<double>&qh = P.qh, &kh = P.kh, &rq = P.rq, &rk = P.rk, &ge = P.ge;
   Grads gr;
   gr.dv = std::move(raw.dv);
   gr.dinitial_state = std::move(raw.dinitial_state);
+  gr.dh = std::move(raw.dh);
   // l2norm chain: dx = r (dhat - hat (hat . dhat)).
   gr.dq = dqh;
   gr.dk = dkh;
-  if (p.qk_l2norm)
+  if (p.qk_l2norm && magnitude)  // r (|dhat| + |hat| (|hat| . |dhat|)); the raw gradients are >= 0
+    for (int64_t r = 0; r < BT * H; ++r) {
+      double dq_dot = 0, dk_dot = 0;
+      for (int64_t i = 0; i < K; ++i) {
+        dq_dot += std::abs(qh[r * K + i]) * dqh[r * K + i];
+        dk_dot += std::abs(kh[r * K + i]) * dkh[r * K + i];
+      }
+      for (int64_t i = 0; i < K; ++i) {
+        gr.dq[r * K + i] = rq[r] * (dqh[r * K + i] + std::abs(qh[r * K + i]) * dq_dot);
+        gr.dk[r * K + i] = rk[r] * (dkh[r * K + i] + std::abs(kh[r * K + i]) * dk_dot);
+      }
+    }
+  else if (p.qk_l2norm)
     for (int64_t r = 0; r < BT * H; ++r) {
       double dq_dot = 0, dk_dot = 0;
       for (int64_t i = 0; i < K; ++i) {
@@ -130,10 +144,10 @@ Grads finish_backward(const Params& p, const Inputs& in, const BwdPrep& P, RawGr
     for (int64_t i = 0; i < BT * HV; ++i) {
       const int64_t hv = i % HV;
       const double u = in.g[i] + (in.dt_bias.empty() ? 0.0 : in.dt_bias[hv]);
-      const double da = dge[i] * (-std::exp(in.A_log[hv])) * softplus_grad(u);
+      const double da = dge[i] * (magnitude ? std::exp(in.A_log[hv]) : -std::exp(in.A_log[hv])) * softplus_grad(u);
       gr.dg[i] = da;
       if (!gr.ddt_bias.empty()) gr.ddt_bias[hv] += da;
-      gr.dA_log[hv] += dge[i] * ge[i];
+      gr.dA_log[hv] += dge[i] * (magnitude ? std::abs(ge[i]) : ge[i]);
     }
   }
 
@@ -152,9 +166,23 @@ Grads finish_backward(const Params& p, const Inputs& in, const BwdPrep& P, RawGr
 
 }  // namespace detail
 
-Grads backward_recurrent(const Params& p, const Inputs& in, const std::vector<double>& d_o,
-                         const std::vector<double>& dfinal_state) {
-  const detail::BwdPrep P = detail::prepare_backward(p, in, d_o, dfinal_state, &recurrent);
+namespace {
+
+// The reverse scan of backward_recurrent (Mag = false: the adjoint itself) and of backward_bound
+// (Mag = true). The bound scan runs the exact adjoint alongside a magnitude M of the state adjoint:
+//   M starts at |dfinal_state|; per token (reverse)  M += |scale| |q| |do|  (the output's terms),
+//   M_{t-1} = e^g (M + |k| |beta| (sum_r |dS[r, .]| |k_r|))  (the rank-1 correction's terms, from the
+//   exact adjoint dS), so the delta transition (I - beta k k^T), a contraction in the 2-norm for
+//   beta |k|^2 <= 2, is modelled as 1 and errors accumulate at most linearly along the sequence
+//   (a sum of absolute terms through the transition itself would grow like (1 + beta |k|^2)^T).
+// Each gradient's bound is the sum of the absolute terms of its last reduction, with M standing for
+// the state adjoint wherever a gradient reads it (dk, dv, dbeta, dg, dh, dinitial_state):
+//   dq: |scale| sum_j |S_t[r,j]| |do_j|;  dk: sum_j M[r,j] |delta_j| + sum_j |S'[r,j]| |beta| ddM_j;
+//   dv: |beta| ddM (ddM_j = sum_r M[r,j] |k_r|);  dbeta: sum_j ddM_j (|v_j| + sum_r |S'[r,j]| |k_r|);
+//   dg: sum |S'| (M + |k| |beta| ddS) (ddS from the exact adjoint).
+template <bool Mag>
+detail::RawGrads recurrent_scan(const Params& p, const Inputs& in, const detail::BwdPrep& P,
+                                const std::vector<double>& d_o, const std::vector<double>& dfinal_state) {
   const int64_t T = P.T, H = P.H, HV = P.HV, K = P.K, V = P.V, KV = P.KV, G = P.G, C = P.C, Nseq = P.Nseq;
   const double scale = P.scale;
   const Result& fw = P.fw;
@@ -172,12 +200,15 @@ Grads backward_recurrent(const Params& p, const Inputs& in, const std::vector<do
     const int64_t n = job / H, h = job % H;
     const detail::BwdSeq& s = seqs[n];
     std::vector<double> dS(KV), Sp(KV), St(KV), dSp(KV), m(V), delta(V), dd(V), dm(V), tmp(V);
+    std::vector<double> M(Mag ? KV : 0), ddM(Mag ? V : 0), ddS(Mag ? V : 0);  // bound scan only
     std::vector<double> seg;  // S_{t-1} for each token of the current chunk, [L][K][V]
     for (int64_t hv = h * G; hv < (h + 1) * G; ++hv) {
       if (dfinal_state.empty())
         std::fill(dS.begin(), dS.end(), 0.0);
       else
         load(dfinal_state.data() + (n * HV + hv) * KV, p.state_layout, K, V, dS.data());
+      if constexpr (Mag)
+        for (int64_t x = 0; x < KV; ++x) M[x] = std::abs(dS[x]);
       const int64_t nchunks = (s.len + C - 1) / C;
       for (int64_t c = nchunks - 1; c >= 0; --c) {
         const int64_t c0 = c * C, L = std::min(C, s.len - c0);
@@ -210,17 +241,30 @@ Grads backward_recurrent(const Params& p, const Inputs& in, const std::vector<do
           for (int64_t r = 0; r < K; ++r) {
             double acc = 0;
             for (int64_t j = 0; j < V; ++j) {
-              acc += St[r * V + j] * dout[j];
+              if constexpr (Mag) {
+                acc += std::abs(St[r * V + j] * dout[j]);
+                M[r * V + j] += std::abs(scale * q[r] * dout[j]);
+              } else {
+                acc += St[r * V + j] * dout[j];
+              }
               dS[r * V + j] += scale * q[r] * dout[j];
             }
-            dqh[qk + r] += scale * acc;
+            dqh[qk + r] += Mag ? std::abs(scale) * acc : scale * acc;
           }
           // S_t = S' + k delta^T.
           for (int64_t j = 0; j < V; ++j) dd[j] = 0;
+          if constexpr (Mag)
+            for (int64_t j = 0; j < V; ++j) ddM[j] = 0, ddS[j] = 0;
           for (int64_t r = 0; r < K; ++r) {
             double acc = 0;
             for (int64_t j = 0; j < V; ++j) {
-              acc += dS[r * V + j] * delta[j];
+              if constexpr (Mag) {
+                acc += M[r * V + j] * std::abs(delta[j]);
+                ddM[j] += M[r * V + j] * std::abs(k[r]);
+                ddS[j] += std::abs(dS[r * V + j] * k[r]);
+              } else {
+                acc += dS[r * V + j] * delta[j];
+              }
               dd[j] += dS[r * V + j] * k[r];
             }
             dkh[qk + r] += acc;
@@ -228,8 +272,15 @@ Grads backward_recurrent(const Params& p, const Inputs& in, const std::vector<do
           // delta = beta (v - m).
           double db = 0;
           for (int64_t j = 0; j < V; ++j) {
-            dv[tv * V + j] = b * dd[j];
-            db += dd[j] * (v[j] - m[j]);
+            if constexpr (Mag) {
+              double mm = 0;  // sum_r |S'[r, j]| |k_r|
+              for (int64_t r = 0; r < K; ++r) mm += std::abs(Sp[r * V + j] * k[r]);
+              dv[tv * V + j] = std::abs(b) * ddM[j];
+              db += ddM[j] * (std::abs(v[j]) + mm);
+            } else {
+              dv[tv * V + j] = b * dd[j];
+              db += dd[j] * (v[j] - m[j]);
+            }
             dm[j] = -b * dd[j];
           }
           dbe[tv] = db;
@@ -238,25 +289,63 @@ Grads backward_recurrent(const Params& p, const Inputs& in, const std::vector<do
             double acc = 0;
             for (int64_t j = 0; j < V; ++j) {
               dSp[r * V + j] = dS[r * V + j] + k[r] * dm[j];
-              acc += Sp[r * V + j] * dm[j];
+              if constexpr (Mag) {
+                acc += std::abs(Sp[r * V + j] * b) * ddM[j];
+                M[r * V + j] += std::abs(k[r] * b) * ddS[j];
+              } else {
+                acc += Sp[r * V + j] * dm[j];
+              }
             }
             dkh[qk + r] += acc;
           }
           // S' = exp(g) S_{t-1}.
           double dg = 0;
           for (int64_t x = 0; x < KV; ++x) {
-            dg += dSp[x] * Sp[x];
+            if constexpr (Mag) {
+              dg += M[x] * std::abs(Sp[x]);
+              M[x] *= a;
+            } else {
+              dg += dSp[x] * Sp[x];
+            }
             dS[x] = a * dSp[x];
           }
           dge[tv] = dg;
         }
+        store(Mag ? M.data() : dS.data(), p.state_layout, K, V, raw.dh.data() + ((fw.chunk_offsets[n] + c) * HV + hv) * KV);
       }
       if (!raw.dinitial_state.empty())
-        store(dS.data(), p.state_layout, K, V, raw.dinitial_state.data() + (n * HV + hv) * KV);
+        store(Mag ? M.data() : dS.data(), p.state_layout, K, V, raw.dinitial_state.data() + (n * HV + hv) * KV);
     }
   }
+  return raw;
+}
 
+}  // namespace
+
+Grads backward_recurrent(const Params& p, const Inputs& in, const std::vector<double>& d_o,
+                         const std::vector<double>& dfinal_state) {
+  const detail::BwdPrep P = detail::prepare_backward(p, in, d_o, dfinal_state, &recurrent);
+  detail::RawGrads raw = recurrent_scan<false>(p, in, P, d_o, dfinal_state);
   return detail::finish_backward(p, in, P, std::move(raw));
+}
+
+Grads backward_bound(const Params& p, const Inputs& in, const std::vector<double>& d_o,
+                     const std::vector<double>& dfinal_state) {
+  const detail::BwdPrep P = detail::prepare_backward(p, in, d_o, dfinal_state, &recurrent);
+  detail::RawGrads raw = recurrent_scan<true>(p, in, P, d_o, dfinal_state);
+  return detail::finish_backward(p, in, P, std::move(raw), /*magnitude=*/true);
+}
+
+std::string_view bwd_mutant_name(BwdMutant m) {
+  switch (m) {
+    case BwdMutant::none: return "none";
+    case BwdMutant::adjoint_no_decay: return "bwd_adjoint_no_decay";
+    case BwdMutant::no_adjoint_carry: return "bwd_no_adjoint_carry";
+    case BwdMutant::dg_forward_cumsum: return "bwd_dg_forward_cumsum";
+    case BwdMutant::dbeta_wrong_residual: return "bwd_dbeta_wrong_residual";
+    case BwdMutant::adjoint_crosses_reset: return "bwd_adjoint_crosses_reset";
+  }
+  return "?";
 }
 
 }  // namespace assay::gated_delta

@@ -51,7 +51,11 @@
 // Only Mutant::none (the oracle) is differentiated; other mutants are refused (InputError). A -inf
 // log gate is a clean reset in the reverse pass too (a_t = 0: dS_{t-1} = 0, dg_t = 0).
 #pragma once
+#include <optional>
+#include <string_view>
 #include <vector>
+
+#include "reference/core/dtype.h"
 
 #include "reference/gated_delta/gated_delta.h"
 
@@ -65,6 +69,44 @@ struct Grads {
   std::vector<double> dA_log;          // [HV]; in_kernel only
   std::vector<double> ddt_bias;        // [HV]; in_kernel with dt_bias only
   std::vector<double> dinitial_state;  // like initial_state; empty without it
+  // dh [NC, HV, K, V] ([.., V, K] with vk), the adjoint of every chunk-START state h_c (dL/dh_c; fla's `dh` of chunk_gated_delta_rule_bwd_dhu),
+  // chunks numbered as the forward's chunk_states (sequence by sequence, chunk_offsets); the first
+  // chunk of sequence n holds dinitial_state[n]'s value. For bisection to the first bad chunk;
+  // backward_bound gives its magnitude (the magnitude adjoint at each chunk start).
+  std::vector<double> dh;
+};
+
+// Deliberate bugs of the chunked backward, for the calibration kill matrix (fixtures/gated_delta.cpp
+// variants). Never used to produce goldens.
+enum class BwdMutant {
+  none,
+  adjoint_no_decay,       // dh_{c-1} = dh_c + .. without the chunk's total decay e^{G_last}
+  no_adjoint_carry,       // a chunk boundary drops the carried adjoint: dh of every chunk but a
+                          // sequence's last is computed as if the adjoint of its end were 0
+  dg_forward_cumsum,      // dg_r = sum_{i <= r} dG_i (a forward cumulative sum of the per-position
+                          // gate gradients) instead of the reversed sum_{i >= r} dG_i
+  dbeta_wrong_residual,   // dbeta's u = T (beta V) term reads v_new (the corrected residual) in
+                          // place of v
+  adjoint_crosses_reset,  // varlen: the adjoint at the start of sequence n+1 flows into the end
+                          // of sequence n (added to its dfinal_state)
+};
+std::string_view bwd_mutant_name(BwdMutant m);
+inline constexpr BwdMutant kAllBwdMutants[] = {BwdMutant::adjoint_no_decay, BwdMutant::no_adjoint_carry,
+                                               BwdMutant::dg_forward_cumsum, BwdMutant::dbeta_wrong_residual,
+                                               BwdMutant::adjoint_crosses_reset};
+
+// Options of backward_chunked (calibration only; the defaults are the oracle):
+//   mutant  one BwdMutant;
+//   io      an emulation of a chunk backward's PRECISION at the level of the tensors its kernels
+//           hand each other: the recomputed chunk-start states h, w, u and v_new, the per-chunk
+//           adjoint dh as the gradient kernels read it, and dv_new are rounded to `io` (fla's
+//           chunk_gated_delta_rule_bwd in a bf16 run stores all of them in k.dtype: `io` = bf16;
+//           a kernel keeping them fp32: `io` = fp32); the adjoint carried between chunks stays
+//           exact (fp32 registers there); gradients are returned in fp64 (the caller rounds them
+//           to their dtypes). Never a golden.
+struct ChunkedBackwardOptions {
+  BwdMutant mutant = BwdMutant::none;
+  std::optional<DType> io;
 };
 
 // Reverse-mode gradients of L = <do, o> + <dfinal_state, final_state> through
@@ -100,6 +142,23 @@ Grads backward_recurrent(const Params& p, const Inputs& in, const std::vector<do
 // The elementwise chains (l2norm, gate mode, beta mode) and the GVA reduction are backward_recurrent's
 // (gated_delta_backward_internal.h).
 Grads backward_chunked(const Params& p, const Inputs& in, const std::vector<double>& d_o,
-                       const std::vector<double>& dfinal_state = {});
+                       const std::vector<double>& dfinal_state = {}, const ChunkedBackwardOptions& opt = {});
+
+// Error-bound magnitudes of every gradient (the backward analogue of gated_delta.h's o_bound /
+// final_state_bound): per gradient element, the sum of the absolute values of the terms of its last
+// reduction, with the state adjoint dS replaced by a magnitude M that the reverse scan accumulates
+// alongside the exact adjoint: M = |dfinal_state| at the end, then per token M += |scale| |q| |do|
+// and M_{t-1} = e^g (M + |k| |beta| sum_r |dS[r, .] k_r|). The delta transition (I - beta k k^T)
+// is a contraction in the 2-norm (beta |k|^2 <= 2) and is modelled as 1, so M grows at most
+// linearly along a sequence (absolute values carried through the transition would grow like
+// (1 + beta |k|^2)^T); |dS| <= M elementwise, so |gradient| <= bound holds for every element. The
+// terms (gated_delta_backward.cpp, recurrent_scan<true>): dq |scale| sum_j |S_t| |do|; dk
+// sum_j M |delta| + |S'| |beta| ddM; dv |beta| ddM (ddM = sum_r M |k|); dbeta sum_j ddM (|v| + sum_r
+// |S'| |k|); dg sum |S'| (M + |k| |beta| ddS); dh and dinitial_state M at each chunk start; the
+// chains in magnitude (l2norm r (|dhat| + |hat| (|hat| . |dhat|)), |gate and beta derivatives|).
+// A kernel keeping O(1) roundings of unit roundoff u per term errs by <= c * u * bound (first
+// order, errors entering the adjoint contracted by the transition). Same fields as Grads.
+Grads backward_bound(const Params& p, const Inputs& in, const std::vector<double>& d_o,
+                     const std::vector<double>& dfinal_state = {});
 
 }  // namespace assay::gated_delta

@@ -51,7 +51,13 @@ struct ChunkFwd {
 }  // namespace
 
 Grads backward_chunked(const Params& p, const Inputs& in, const std::vector<double>& d_o,
-                       const std::vector<double>& dfinal_state) {
+                       const std::vector<double>& dfinal_state, const ChunkedBackwardOptions& opt) {
+  const BwdMutant mut = opt.mutant;
+  // The emulation's roundings (opt.io): a tensor as the next kernel reads it. Identity without io.
+  auto rnd = [&](Mat& m) {
+    if (opt.io)
+      for (int64_t i = 0; i < m.size(); ++i) m.data()[i] = round_to(*opt.io, m.data()[i]);
+  };
   // The chunked forward gives the chunk-start states h_c (as fla's chunk_gated_delta_rule_bwd
   // recomputes them with chunk_gated_delta_rule_fwd_h).
   const detail::BwdPrep P = detail::prepare_backward(p, in, d_o, dfinal_state, &chunked);
@@ -128,9 +134,12 @@ Grads backward_chunked(const Params& p, const Inputs& in, const std::vector<doub
         for (int64_t m = j; m < i; ++m) acc += A(i, m) * Tm(m, j);
         Tm(i, j) = -acc;
       }
+    rnd(Tm);  // io: the solve's output as stored
     Mat bK = Kc;
     for (int64_t i = 0; i < L; ++i) bK.row(i) *= b(i) * e(i);
+    rnd(bK);
     cf.w = Tm * bK;
+    rnd(cf.w);
     cf.QKt = Q * Kc.transpose();
     Mat M = Mat::Zero(L, L);
     for (int64_t i = 0; i < L; ++i)
@@ -141,6 +150,9 @@ Grads backward_chunked(const Params& p, const Inputs& in, const std::vector<doub
     for (int64_t i = 0; i < L; ++i) eQ.row(i) *= e(i);
     MapM MtdO(&DVN[(hv * BT + ch.tok0) * V], L, V);
     MtdO = M.transpose() * dOs;
+    if (opt.io)  // the local dv as stored
+      for (int64_t i = 0; i < L; ++i)
+        for (int64_t x = 0; x < V; ++x) MtdO(i, x) = round_to(*opt.io, MtdO(i, x));
     MapM(slot(DH.get(), ch.n, ch.c, hv), K, V) = eQ.transpose() * dOs;
     for (int64_t j = 0; j < L; ++j) F[hv * BT + ch.tok0 + j] = E(L - 1, j);
     eL[job] = e(L - 1);
@@ -151,8 +163,10 @@ Grads backward_chunked(const Params& p, const Inputs& in, const std::vector<doub
   // depends only on column j of dh, eQ^T dOs and M^T dOs, so the column blocks are independent (as
   // the forward's state pass).
   const int64_t nvb = (V + kVBlock - 1) / kVBlock;
-#pragma omp parallel for schedule(dynamic)
-  for (int64_t job = 0; job < P.Nseq * HV * nvb; ++job) {
+  const bool leak = mut == BwdMutant::adjoint_crosses_reset && !p.cu_seqlens.empty();
+  const Mat zero_dh = Mat::Zero(K, V);  // no_adjoint_carry: the adjoint a dropped carry leaves
+  auto dropped = [&](int64_t n, int64_t c) { return mut == BwdMutant::no_adjoint_carry && c + 1 < coff[n + 1] - coff[n]; };
+  auto carry = [&](int64_t job) {
     const int64_t n = job / (HV * nvb), hv = job / nvb % HV, h = hv / G, nch = coff[n + 1] - coff[n];
     const int64_t j0 = job % nvb * kVBlock, nb = std::min(kVBlock, V - j0);
     double* dend = slot(DH.get(), n, nch, hv);  // the adjoint of the sequence's final state
@@ -163,11 +177,19 @@ Grads backward_chunked(const Params& p, const Inputs& in, const std::vector<doub
         else
           dend[i * V + j] = dfinal_state[(n * HV + hv) * KV +
                                          (p.state_layout == StateLayout::kv ? i * V + j : j * K + i)];
+        if (leak && n + 1 < P.Nseq) dend[i * V + j] += slot(DH.get(), n + 1, 0, hv)[i * V + j];
       }
     for (int64_t c = nch - 1; c >= 0; --c) {
       const Chunk& ch = chunks[coff[n] + c];
       const int64_t L = ch.L;
-      const MapS dh(slot(DH.get(), n, c + 1, hv) + j0, K, nb, Eigen::OuterStride<>(V));
+      const double* dh_at = dropped(n, c) ? zero_dh.data() : slot(DH.get(), n, c + 1, hv);
+      Mat dh_io;  // io: dh as the gradient kernels read it (the carry itself stays exact)
+      if (opt.io) {
+        dh_io = Eigen::Map<const Mat, 0, Eigen::OuterStride<>>(dh_at + j0, K, nb, Eigen::OuterStride<>(V));
+        rnd(dh_io);
+      }
+      const CMapS dh(opt.io ? dh_io.data() : dh_at + j0, K, nb, Eigen::OuterStride<>(opt.io ? nb : V));
+      const CMapS dh_carry(dh_at + j0, K, nb, Eigen::OuterStride<>(V));
       MapS dS0(slot(DH.get(), n, c, hv) + j0, K, nb, Eigen::OuterStride<>(V));  // holds eQ^T dOs
       const CMapS Kc(&P.kh[(ch.tok0 * H + h) * K], L, K, Eigen::OuterStride<>(H * K));
       const Mat& w = fwd[(coff[n] + c) * HV + hv].w;
@@ -177,12 +199,26 @@ Grads backward_chunked(const Params& p, const Inputs& in, const std::vector<doub
       for (int64_t j = 0; j < L; ++j) fKdh.row(j) *= F[hv * BT + ch.tok0 + j];
       MapS dvnew(&DVN[(hv * BT + ch.tok0) * V + j0], L, nb, Eigen::OuterStride<>(V));  // M^T dOs -> dvnew
       dvnew += fKdh;
-      Mat d = eL[(coff[n] + c) * HV + hv] * dh;
+      if (opt.io)
+        for (int64_t j = 0; j < L; ++j)
+          for (int64_t x = 0; x < nb; ++x) dvnew(j, x) = round_to(*opt.io, dvnew(j, x));
+      Mat d = (mut == BwdMutant::adjoint_no_decay ? 1.0 : eL[(coff[n] + c) * HV + hv]) * dh_carry;
       d += dS0;
       d -= w.transpose() * dvnew;
       dS0 = d;
     }
+  };
+  if (leak) {  // the leak needs sequence n + 1 done before n
+    for (int64_t n = P.Nseq - 1; n >= 0; --n)
+      for (int64_t r = 0; r < HV * nvb; ++r) carry(n * HV * nvb + r);
+  } else {
+#pragma omp parallel for schedule(dynamic)
+    for (int64_t job = 0; job < P.Nseq * HV * nvb; ++job) carry(job);
   }
+  for (int64_t n = 0; n < P.Nseq; ++n)  // the chunk-start adjoints, for bisection
+    for (int64_t c = 0; c < coff[n + 1] - coff[n]; ++c)
+      for (int64_t hv = 0; hv < HV; ++hv)
+        detail::store_state(slot(DH.get(), n, c, hv), p.state_layout, K, V, raw.dh.data() + ((coff[n] + c) * HV + hv) * KV);
   if (!raw.dinitial_state.empty())
     for (int64_t n = 0; n < P.Nseq; ++n)
       for (int64_t hv = 0; hv < HV; ++hv)
@@ -198,11 +234,14 @@ Grads backward_chunked(const Params& p, const Inputs& in, const std::vector<doub
       const ChunkFwd& cf = fwd[(job / H) * HV + hv];
       const Mat &E = cf.E, &KKt = cf.KKt, &Tm = cf.Tm, &w = cf.w, &QKt = cf.QKt;
       const Vec& e = cf.e;
-      const MapM dh(slot(DH.get(), n, c + 1, hv), K, V);  // adjoint of the chunk-END state
+      // The adjoint of the chunk-END state (as the gradient kernels read it under io).
+      Mat dh = Eigen::Map<const Mat>(dropped(n, c) ? zero_dh.data() : slot(DH.get(), n, c + 1, hv), K, V);
+      rnd(dh);
       const MapM dvnew(&DVN[(hv * BT + ch.tok0) * V], L, V);
       Mat S0(K, V);
       detail::load_state(P.fw.chunk_states.data() + ((P.fw.chunk_offsets[n] + c) * HV + hv) * KV,
                          p.state_layout, K, V, S0.data());
+      rnd(S0);  // io: h as recomputed and stored by the forward's state kernel
       Mat Q(L, K), Kc(L, K), Vc(L, V), dO(L, V);
       Vec b(L);
       for (int64_t i = 0; i < L; ++i) {
@@ -213,7 +252,11 @@ Grads backward_chunked(const Params& p, const Inputs& in, const std::vector<doub
       }
       Mat bV = Vc, bK = Kc;
       for (int64_t i = 0; i < L; ++i) bV.row(i) *= b(i), bK.row(i) *= b(i) * e(i);
-      const Mat vnew = Tm * bV - w * S0;
+      rnd(bV), rnd(bK);
+      Mat u = Tm * bV;
+      rnd(u);
+      Mat vnew = u - w * S0;
+      rnd(vnew);
       const Mat QS0 = Q * S0;
       const double eLc = e(L - 1);
 
@@ -252,7 +295,7 @@ Grads backward_chunked(const Params& p, const Inputs& in, const std::vector<doub
       for (int64_t i = 0; i < L; ++i) {
         const int64_t tv = (ch.tok0 + i) * HV + hv;
         for (int64_t x = 0; x < V; ++x) raw.dv[tv * V + x] = b(i) * dbV(i, x);
-        db(i) += dbV.row(i).dot(Vc.row(i));
+        db(i) += dbV.row(i).dot(mut == BwdMutant::dbeta_wrong_residual ? vnew.row(i) : Vc.row(i));
         const double kd = dbK.row(i).dot(Kc.row(i));
         db(i) += e(i) * kd;
         dDx(i, 0) += b(i) * e(i) * kd;
@@ -270,11 +313,24 @@ Grads backward_chunked(const Params& p, const Inputs& in, const std::vector<doub
       dK += (dKKt + dKKt.transpose()) * Kc;
       // Gate: dg_r = sum_{i >= r} sum_{j < r} dD(i, j) (D(i, j) holds g_r iff j < r <= i).
       Vec dgc = Vec::Zero(L);
-      for (int64_t i = 0; i < L; ++i) {
-        double pre = 0;
-        for (int64_t r = 0; r <= i; ++r) {
-          pre += dDx(i, r);  // columns 0..r: j = -1..r-1
-          dgc(r) += pre;
+      if (mut == BwdMutant::dg_forward_cumsum) {
+        // Per position dGin_i = sum_{j < i} dD(i, j) (incl. j = -1) - sum_{i' > i} dD(i', i); the
+        // mutant sums them forwards (sum_{i <= r}) where the gradient is sum_{i >= r}.
+        Vec dG = Vec::Zero(L);
+        for (int64_t i = 0; i < L; ++i)
+          for (int64_t j = -1; j < i; ++j) {
+            dG(i) += dDx(i, j + 1);
+            if (j >= 0) dG(j) -= dDx(i, j + 1);
+          }
+        double acc = 0;
+        for (int64_t r = 0; r < L; ++r) dgc(r) = (acc += dG(r));
+      } else {
+        for (int64_t i = 0; i < L; ++i) {
+          double pre = 0;
+          for (int64_t r = 0; r <= i; ++r) {
+            pre += dDx(i, r);  // columns 0..r: j = -1..r-1
+            dgc(r) += pre;
+          }
         }
       }
       for (int64_t i = 0; i < L; ++i) {

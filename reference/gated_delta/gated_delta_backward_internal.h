@@ -41,10 +41,12 @@ struct RawGrads {
   std::vector<double> dv;                // [B,T,HV,V]
   std::vector<double> dge, dbe;          // [B,T,HV] w.r.t. the effective log decay / beta
   std::vector<double> dinitial_state;    // like initial_state; empty without it
+  std::vector<double> dh;                // [NC, HV, K, V] (stored layout): the chunk-start adjoints
 };
 RawGrads zero_raw_grads(const BwdPrep& P, const Inputs& in);
 
-// The elementwise chains (l2norm, gate mode, beta mode) to the Grads of the raw inputs.
-Grads finish_backward(const Params& p, const Inputs& in, const BwdPrep& P, RawGrads&& r);
+// The elementwise chains (l2norm, gate mode, beta mode) to the Grads of the raw inputs. magnitude:
+// the chains of backward_bound (r holds magnitudes; every term taken in absolute value).
+Grads finish_backward(const Params& p, const Inputs& in, const BwdPrep& P, RawGrads&& r, bool magnitude = false);
 
 }  // namespace assay::gated_delta::detail

@@ -7,7 +7,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "catch_compat.h"
@@ -241,7 +243,10 @@ TEST_CASE("gated_delta backward: no gradient crosses a varlen reset", "[cpu][L0]
 }
 
 TEST_CASE("gated_delta backward: malformed upstream gradients and mutants are refused by both forms", "[cpu][L0]") {
-  for (auto* backward : {&backward_recurrent, &backward_chunked}) {
+  using Fn = Grads (*)(const Params&, const Inputs&, const std::vector<double>&, const std::vector<double>&);
+  const Fn chunked = [](const Params& p, const Inputs& in, const std::vector<double>& d_o,
+                        const std::vector<double>& df) { return backward_chunked(p, in, d_o, df); };
+  for (const Fn backward : {Fn{&backward_recurrent}, chunked}) {
     Params p = base(2, 3, 1, 1, 2, 2, 2);
     const Inputs in = make_inputs(p, 70, /*h0=*/true);
     Upstream u = make_upstream(p, 71);
@@ -287,8 +292,8 @@ TEST_CASE("gated_delta backward: chunked (WY/UT) and recurrent backward forms ag
       {"log with -inf gates (clean resets), GVA, h0, dfinal", 2, 1, 2, GateMode::log, BetaMode::given, true, true,
        true, true, false, true, StateLayout::kv},
   };
-  const char* names[] = {"dq", "dk", "dv", "dg", "dbeta", "dA_log", "ddt_bias", "dinitial_state"};
-  double worst[8] = {};
+  const char* names[] = {"dq", "dk", "dv", "dg", "dbeta", "dA_log", "ddt_bias", "dinitial_state", "dh"};
+  double worst[9] = {};
   uint64_t seed = 900;
   int runs = 0;
   for (const Config& cf : configs)
@@ -311,10 +316,11 @@ TEST_CASE("gated_delta backward: chunked (WY/UT) and recurrent backward forms ag
         const Grads r = backward_recurrent(p, in, u.d_o, u.dfinal);
         const Grads c = backward_chunked(p, in, u.d_o, u.dfinal);
         const std::vector<double>* rs[] = {&r.dq, &r.dk, &r.dv, &r.dg, &r.dbeta, &r.dA_log, &r.ddt_bias,
-                                           &r.dinitial_state};
+                                           &r.dinitial_state, &r.dh};
         const std::vector<double>* cs[] = {&c.dq, &c.dk, &c.dv, &c.dg, &c.dbeta, &c.dA_log, &c.ddt_bias,
-                                           &c.dinitial_state};
-        for (int x = 0; x < 8; ++x) {
+                                           &c.dinitial_state, &c.dh};
+        REQUIRE(r.dh.size() == c.dh.size());
+        for (int x = 0; x < 9; ++x) {
           const double a = agreement_rel(*cs[x], *rs[x]);
           INFO(cf.label << ", T=" << T << ", C=" << C << ": " << names[x] << " agreement_rel " << a);
           CHECK(a <= 1e-12);
@@ -323,7 +329,72 @@ TEST_CASE("gated_delta backward: chunked (WY/UT) and recurrent backward forms ag
         for (const auto& e : r.dq) CHECK(std::isfinite(e));
         ++runs;
       }
-  for (int x = 0; x < 8; ++x)
+  for (int x = 0; x < 9; ++x)
     std::printf("gated_delta backward chunked vs recurrent: worst agreement_rel %-15s %.3e (%d runs)\n", names[x],
                 worst[x], runs);
+}
+
+// ---------------------------------------------------------------------------------------------
+// backward_bound: a sum of absolute terms is >= the absolute value of their sum, so every gradient
+// element (and every chunk-start adjoint dh) lies inside its bound; and the bound is not slack by
+// orders of magnitude (its largest element within 100x of the gradient's largest).
+TEST_CASE("gated_delta backward_bound holds every gradient element", "[cpu][L0]") {
+  for (const bool varlen : {false, true})
+    for (const GateMode gate : {GateMode::log, GateMode::in_kernel}) {
+      Params p = base(varlen ? 1 : 2, 37, 1, 2, 4, 3, 16);
+      p.gate = gate;
+      p.beta = BetaMode::sigmoid;
+      p.qk_l2norm = true;
+      if (varlen) p.cu_seqlens = {0, 10, 10, 37};
+      const Inputs in = make_inputs(p, 4242 + varlen, /*h0=*/true);
+      const Upstream u = make_upstream(p, 4343);
+      const Grads g = backward_recurrent(p, in, u.d_o, u.dfinal);
+      const Grads b = backward_bound(p, in, u.d_o, u.dfinal);
+      const std::pair<const std::vector<double>*, const std::vector<double>*> pairs[] = {
+          {&g.dq, &b.dq}, {&g.dk, &b.dk}, {&g.dv, &b.dv}, {&g.dg, &b.dg}, {&g.dbeta, &b.dbeta},
+          {&g.dA_log, &b.dA_log}, {&g.ddt_bias, &b.ddt_bias}, {&g.dinitial_state, &b.dinitial_state}, {&g.dh, &b.dh}};
+      for (const auto& [gv, bv] : pairs) {
+        REQUIRE(gv->size() == bv->size());
+        double gmax = 0, bmax = 0;
+        for (size_t i = 0; i < gv->size(); ++i) {
+          CHECK(std::abs((*gv)[i]) <= (*bv)[i] * (1 + 1e-12));
+          gmax = std::max(gmax, std::abs((*gv)[i])), bmax = std::max(bmax, (*bv)[i]);
+        }
+        CHECK(bmax <= 100 * gmax);
+      }
+    }
+}
+
+// Every BwdMutant changes what it targets on a case built for it, and the io emulation stays close
+// to the oracle (fp32 hand-offs within 1e-5 relative, bf16 within 0.1), without being equal to it.
+TEST_CASE("gated_delta chunked backward: mutants differ from the oracle, io emulations stay near it", "[cpu][L0]") {
+  Params p = base(1, 70, 1, 2, 4, 3, 16);
+  p.qk_l2norm = true;
+  p.cu_seqlens = {0, 30, 70};
+  const Inputs in = make_inputs(p, 5150, /*h0=*/true);
+  const Upstream u = make_upstream(p, 5151);
+  const Grads ref = backward_chunked(p, in, u.d_o, u.dfinal);
+  for (const BwdMutant m : kAllBwdMutants) {
+    const Grads g = backward_chunked(p, in, u.d_o, u.dfinal, {m, std::nullopt});
+    double worst = 0;
+    for (const auto& [a, b] : {std::pair{&g.dq, &ref.dq}, {&g.dk, &ref.dk}, {&g.dv, &ref.dv}, {&g.dg, &ref.dg},
+                               {&g.dbeta, &ref.dbeta}, {&g.dinitial_state, &ref.dinitial_state}})
+      worst = std::max(worst, agreement_rel(*a, *b));
+    INFO(bwd_mutant_name(m) << ": worst agreement_rel " << worst);
+    CHECK(worst > 1e-3);
+  }
+  // The dg mutant changes dg only; the dbeta mutant dbeta only.
+  const Grads gdg = backward_chunked(p, in, u.d_o, u.dfinal, {BwdMutant::dg_forward_cumsum, std::nullopt});
+  CHECK(gdg.dq == ref.dq);
+  CHECK(agreement_rel(gdg.dg, ref.dg) > 1e-3);
+  const Grads gdb = backward_chunked(p, in, u.d_o, u.dfinal, {BwdMutant::dbeta_wrong_residual, std::nullopt});
+  CHECK(gdb.dq == ref.dq);
+  CHECK(agreement_rel(gdb.dbeta, ref.dbeta) > 1e-3);
+  for (const auto& [io, lim] : {std::pair{DType::f32, 1e-5}, {DType::bf16, 0.1}}) {
+    const Grads g = backward_chunked(p, in, u.d_o, u.dfinal, {BwdMutant::none, io});
+    const double a = agreement_rel(g.dk, ref.dk);
+    INFO(name(io) << ": dk agreement_rel " << a);
+    CHECK(a > 0);
+    CHECK(a < lim);
+  }
 }
