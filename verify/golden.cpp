@@ -217,7 +217,14 @@ void write_golden(const std::string& path, const Golden& g) {
         write_codes(f, "/rounded/" + e.name, e.dtype, e.shape, *o.rounded);
         f.set_attr("/rounded/" + e.name, "dtype", std::string(name(e.dtype)));
       }
-      if (o.bound) f.write("/bounds/" + e.name, h5::Elem::f64, e.shape, o.bound->data());
+      if (o.bound) {
+        std::vector<float> b32(o.bound->size());
+        for (size_t k = 0; k < b32.size(); ++k) {
+          b32[k] = static_cast<float>((*o.bound)[k]);
+          ASSAY_CHECK(static_cast<double>(b32[k]) == (*o.bound)[k], "bound of {} is not float32-representable", e.name);
+        }
+        f.write("/bounds/" + e.name, h5::Elem::f32, e.shape, b32.data());
+      }
       if (o.allowed_mask) f.write("/allowed_mask/" + e.name, h5::Elem::u64, e.shape, o.allowed_mask->data());
       if (o.alt) f.write("/alt/" + e.name, h5::Elem::f64, e.shape, o.alt->data());
     }
@@ -369,7 +376,9 @@ static Golden read_golden_here(const std::string& path) {
     }
     if (f.exists("/bounds/" + n)) {
       const std::string bd = "/bounds/" + n;
-      if (f.info(bd).shape != e.shape) throw InputError(fmt::format("{}: {}: shape differs from {}", path, bd, ds));
+      const auto binf = f.info(bd);
+      if (binf.shape != e.shape) throw InputError(fmt::format("{}: {}: shape differs from {}", path, bd, ds));
+      if (!binf.is_float) throw InputError(fmt::format("{}: {}: bounds must be float32 (or float64)", path, bd));
       o.bound = f.read_f64(bd);
     }
     for (const char* grp : {"/allowed_mask/", "/alt/"}) {

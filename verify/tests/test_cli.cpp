@@ -365,7 +365,8 @@ TEST_CASE("a golden whose file cannot be completed is never left under its name 
   // disk would. gen used to ignore the failed close, rename the truncated file into place, list it
   // in the MANIFEST and then crash in HDF5's exit-time cleanup (SIGSEGV).
   auto d = tmpdir("diskfull");
-  const std::string limited = "bash -c 'trap \"\" XFSZ; ulimit -f 16; exec \"$0\" \"$@\"' ";
+  // 8 KiB: below the smallest scaled_add golden (15 KB), so every case fails.
+  const std::string limited = "bash -c 'trap \"\" XFSZ; ulimit -f 8; exec \"$0\" \"$@\"' ";
   auto r = assay_test::run_assay("gen --op scaled_add -q -j 1 --out " + (d / "out").string(), "timeout 120 " + limited);
   INFO(r.out);
   CHECK(r.code == 2);
