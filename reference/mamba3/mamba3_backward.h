@@ -60,6 +60,7 @@
 // (sequence, head)); the angles are recomputed with the forward's compensated sum and reduction.
 #pragma once
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 #include "reference/mamba3/mamba3.h"
@@ -134,7 +135,19 @@ SisoGrads backward_siso_recurrent(const SisoParams& p, const SisoInputs& in, con
 // (suffix within the chunk plus the carried angle-state adjoint of the later chunks), which is
 // d angle_state at the sequence start. Work is parallel over (sequence, q/k group); dq / dk, the
 // biases and dD are summed in a fixed order (deterministic).
+// Deliberate bugs of the chunked backward, for the calibration kill matrix (never a golden):
+//   adjoint_no_decay       dS_c += dS without the chunk-total decay E_{L-1}
+//   no_adjoint_carry       a chunk boundary drops the carried adjoint (dS = 0 entering chunk c-1;
+//                          dchunk_states keeps what each chunk computed)
+//   no_shifted_term_grad   the gradient through the shifted trapezoid term is missing: its weight
+//                          w_{t+1}'s adjoint (dsc_j -> dw_{j+1}, and dw_0 from the input states) is
+//                          dropped, so dTrap and dDT lose their (1 - lam) terms
+enum class SisoBwdMutant { none, adjoint_no_decay, no_adjoint_carry, no_shifted_term_grad };
+std::string_view siso_bwd_mutant_name(SisoBwdMutant m);
+inline constexpr SisoBwdMutant kAllSisoBwdMutants[] = {SisoBwdMutant::adjoint_no_decay, SisoBwdMutant::no_adjoint_carry,
+                                                       SisoBwdMutant::no_shifted_term_grad};
+
 SisoGrads backward_siso_chunked(const SisoParams& p, const SisoInputs& in, const std::vector<double>& d_out,
-                                const SisoFinalGrads& dfinal = {});
+                                const SisoFinalGrads& dfinal = {}, SisoBwdMutant mutant = SisoBwdMutant::none);
 
 }  // namespace assay::mamba3

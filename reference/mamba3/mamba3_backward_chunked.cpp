@@ -33,7 +33,7 @@ struct Shared {
   double dD = 0;
 };
 
-void run_one(const Problem& pb, const Result& fw, int64_t n, int64_t h, const std::vector<double>& d_out,
+void run_one(const Problem& pb, const Result& fw, SisoBwdMutant mut, int64_t n, int64_t h, const std::vector<double>& d_out,
              const SisoFinalGrads& df, int64_t ncmax, SisoGrads& gr, Shared& sh) {
   const int64_t N = pb.N, P = pb.P, S = pb.S, Q = pb.chunk;
   const int64_t b = pb.seq_row[n], t0 = pb.seq_start[n], len = pb.seq_len[n];
@@ -214,7 +214,7 @@ void run_one(const Problem& pb, const Result& fw, int64_t n, int64_t h, const st
     }
 
     // State: S_{c+1} = E_{L-1} S_c + sum_j W_j V_j k_j^T, dS its adjoint.
-    dSc += E[L - 1] * dS;
+    dSc += (mut == SisoBwdMutant::adjoint_no_decay ? 1.0 : E[L - 1]) * dS;
     dE[L - 1] += dS.cwiseProduct(Sc).sum();
     const Mat KdS = Kc * dS.transpose();  // (L, P): dS k_j
     const Mat VdS = Vc * dS;              // (L, N): dS^T V_j
@@ -242,11 +242,12 @@ void run_one(const Problem& pb, const Result& fw, int64_t n, int64_t h, const st
     // Trapezoid weights: sc_j = gam_j + w_{j+1}; w_{j+1} of the next chunk's first token for j = L-1.
     for (int64_t j = 0; j < L; ++j) {
       dgam[c0 + j] += dsc[j];
-      if (c0 + j + 1 < len) dw[c0 + j + 1] += dsc[j];
+      if (c0 + j + 1 < len && mut != SisoBwdMutant::no_shifted_term_grad) dw[c0 + j + 1] += dsc[j];
     }
 
+    Eigen::Map<Mat>(gr.dchunk_states.data() + ((n * pb.H + h) * ncmax + c) * P * N, P, N) = dSc;
     dS = dSc;  // adjoint of the chunk-start state S_c
-    Eigen::Map<Mat>(gr.dchunk_states.data() + ((n * pb.H + h) * ncmax + c) * P * N, P, N) = dS;
+    if (mut == SisoBwdMutant::no_adjoint_carry && c > 0) dS.setZero();  // the boundary drops it
   }
 
   // ---- Sequence start: S_0 = H_init + w_0 V_init k_init^T; final K / V seeds. ----
@@ -256,7 +257,7 @@ void run_one(const Problem& pb, const Result& fw, int64_t n, int64_t h, const st
     Eigen::Map<Mat>(gr.dssm_state.data() + pb.ist_ssm(n, h), P, N) = dS;
     Eigen::Map<Eigen::RowVectorXd>(gr.dv_state.data() + pb.ist_v(n, h), P) = w[0] * (ki * dS.transpose());
     Eigen::Map<Eigen::RowVectorXd>(gr.dk_state.data() + pb.ist_k(n, 0, h), N) = w[0] * (vi * dS);
-    dw[0] += (vi * dS).dot(ki);
+    if (mut != SisoBwdMutant::no_shifted_term_grad) dw[0] += (vi * dS).dot(ki);
   }
   if (!df.d_k.empty()) dk.row(len - 1) += Eigen::Map<const Eigen::RowVectorXd>(df.d_k.data() + pb.ist_k(n, 0, h), N);
   if (!df.d_v.empty()) dV.row(len - 1) += Eigen::Map<const Eigen::RowVectorXd>(df.d_v.data() + pb.ist_v(n, h), P);
@@ -314,8 +315,18 @@ void run_one(const Problem& pb, const Result& fw, int64_t n, int64_t h, const st
 
 }  // namespace
 
+std::string_view siso_bwd_mutant_name(SisoBwdMutant m) {
+  switch (m) {
+    case SisoBwdMutant::none: return "none";
+    case SisoBwdMutant::adjoint_no_decay: return "bwd_adjoint_no_decay";
+    case SisoBwdMutant::no_adjoint_carry: return "bwd_no_adjoint_carry";
+    case SisoBwdMutant::no_shifted_term_grad: return "bwd_no_shifted_term_grad";
+  }
+  return "?";
+}
+
 SisoGrads backward_siso_chunked(const SisoParams& p, const SisoInputs& in, const std::vector<double>& d_out,
-                                const SisoFinalGrads& dfinal) {
+                                const SisoFinalGrads& dfinal, SisoBwdMutant mutant) {
   const Problem pb = detail::make_problem(p, in);  // validates every input as the forward does
   detail::check_siso_upstream("mamba3 chunked backward", pb, d_out, dfinal);
   const int64_t NS = pb.NS(), H = pb.H, N = pb.N, P = pb.P;
@@ -341,7 +352,7 @@ SisoGrads backward_siso_chunked(const SisoParams& p, const SisoInputs& in, const
     const int64_t b = pb.seq_row[n], t0 = pb.seq_start[n], len = pb.seq_len[n];
     for (int64_t h = g * hpg; h < (g + 1) * hpg; ++h) {
       Shared& s = sh[n * H + h];
-      run_one(pb, fw, n, h, d_out, dfinal, ncmax, gr, s);
+      run_one(pb, fw, mutant, n, h, d_out, dfinal, ncmax, gr, s);
       for (int64_t tl = 0; tl < len; ++tl)
         for (int64_t j = 0; j < N; ++j) {
           gr.dq[pb.iqk(b, t0 + tl, 0, g) + j] += s.dqh(tl, j);

@@ -574,3 +574,26 @@ TEST_CASE("mamba3 siso backward: chunked form (b) refuses malformed upstream gra
   bad.dt[1] = -0.5;  // DT < 0: refused as by the forward
   REQUIRE_THROWS_AS(backward_siso_chunked(p, bad, u.d_out, u.df), InputError);
 }
+
+TEST_CASE("mamba3 siso chunked backward: each mutant changes what it targets", "[cpu][L0]") {
+  // Two sequences of several chunks with input states: the carry, its decay and the shifted
+  // trapezoid term all matter. no_shifted_term_grad changes dtrap / ddt (and the input-state
+  // gradients) but not dq / dk / dv, whose terms read the weights, not their adjoints.
+  SisoParams p = base(1, 45, 2, 1, 6, 4, 2, 8);
+  p.cu_seqlens = {0, 20, 45};
+  const SisoInputs in = make_inputs(p, 700, {.d = true, .z = true, .states = true});
+  const Upstream u = make_upstream(p, 701);
+  const SisoGrads ref = backward_siso_chunked(p, in, u.d_out, u.df);
+  for (const SisoBwdMutant m : kAllSisoBwdMutants) {
+    const SisoGrads g = backward_siso_chunked(p, in, u.d_out, u.df, m);
+    double worst = 0;
+    for (const auto& fld : kGradFields) worst = std::max(worst, agreement_rel(g.*(fld.f), ref.*(fld.f)));
+    INFO(siso_bwd_mutant_name(m) << ": worst agreement_rel " << worst);
+    CHECK(worst > 1e-3);
+  }
+  const SisoGrads gs = backward_siso_chunked(p, in, u.d_out, u.df, SisoBwdMutant::no_shifted_term_grad);
+  CHECK(gs.dq == ref.dq);
+  CHECK(gs.dv == ref.dv);
+  CHECK(agreement_rel(gs.dtrap, ref.dtrap) > 1e-3);
+  CHECK(agreement_rel(gs.ddt, ref.ddt) > 1e-3);
+}
