@@ -40,6 +40,26 @@ void rotate_adjoint(const double* phi, int64_t S, const double* x, double* dx, d
   }
 }
 
+// Magnitudes (backward_siso_bound): |Rot(phi) x| componentwise as |u||c| + |w||s| from |x|, and the
+// rotation adjoint's terms in absolute value.
+void rotate_mag(const double* phi, int64_t S, double* x) {
+  for (int64_t i = 0; i < S; ++i) {
+    const double c = std::abs(std::cos(phi[i])), s = std::abs(std::sin(phi[i]));
+    const double u = x[2 * i], w = x[2 * i + 1];
+    x[2 * i] = u * c + w * s;
+    x[2 * i + 1] = u * s + w * c;
+  }
+}
+void rotate_adjoint_mag(const double* phi, int64_t S, const double* x, double* dx, double* dphi) {
+  for (int64_t i = 0; i < S; ++i) {
+    const double c = std::abs(std::cos(phi[i])), s = std::abs(std::sin(phi[i]));
+    const double da = dx[2 * i], db = dx[2 * i + 1];
+    dphi[i] += db * x[2 * i] + da * x[2 * i + 1];
+    dx[2 * i] = da * c + db * s;
+    dx[2 * i + 1] = da * s + db * c;
+  }
+}
+
 // State update H <- alpha H + beta vprev kprev^T + gamma v k^T (mamba3_step.cpp's order, R = 1).
 void state_update(double* Hs, int64_t P, int64_t N, double alpha, double beta, double gamma, const double* vprev,
                   const double* kprev, const double* v, const double* k) {
@@ -53,14 +73,24 @@ void state_update(double* Hs, int64_t P, int64_t N, double alpha, double beta, d
 // One (sequence, head): forward with checkpoints, then the reverse sweep. Writes only this
 // (sequence, head)'s slices, except dq / dk (shared by the heads of a group), which the caller
 // serialises by running the heads of a group in order.
+// Mag = true (backward_siso_bound): the same sweep on magnitudes: every input, state and upstream
+// gradient in absolute value (q / k bias sums as |x| + |bias|, rotations by rotate_mag), the decays
+// alpha and the coefficients beta, gamma, lam (all >= 0) unchanged, the gate's and the angle chain's
+// factors in absolute value, and the one difference (dlam = DT (dgamma - alpha dbeta)) a sum; so
+// every gradient element is the sum of the absolute values of the products it is made of.
+template <bool Mag>
 void run_one(const Problem& pb, int64_t n, int64_t h, const std::vector<double>& d_out, const SisoFinalGrads& df,
              SisoGrads& gr) {
   const int64_t N = pb.N, P = pb.P, S = pb.S, PN = P * N, Q = pb.chunk;
   const int64_t b = pb.seq_row[n], t0 = pb.seq_start[n], len = pb.seq_len[n];
   const int64_t g = h / (pb.H / pb.G);
   const bool st = pb.init_ssm != nullptr;
-  const double Dh = pb.d ? pb.d[h] : 0.0;
-  auto Vp = [&](int64_t tl) { return pb.v + pb.iv(b, t0 + tl, h); };  // raw V of token tl
+  const double Dh = pb.d ? (Mag ? std::abs(pb.d[h]) : pb.d[h]) : 0.0;
+  std::vector<double> Vabs(Mag ? len * P : 0);  // Mag: |V| of the sequence
+  if constexpr (Mag)
+    for (int64_t tl = 0; tl < len; ++tl)
+      for (int64_t p = 0; p < P; ++p) Vabs[tl * P + p] = std::abs(pb.v[pb.iv(b, t0 + tl, h) + p]);
+  auto Vp = [&](int64_t tl) { return Mag ? &Vabs[tl * P] : pb.v + pb.iv(b, t0 + tl, h); };  // V of token tl
   auto ix = [&](int64_t tl) { return pb.ibht(b, h, t0 + tl); };
   auto coef = [&](int64_t tl) { return detail::trap_coef(pb.trap[ix(tl)], pb.adt[ix(tl)], pb.dt[ix(tl)]); };
 
@@ -71,6 +101,9 @@ void run_one(const Problem& pb, int64_t n, int64_t h, const std::vector<double>&
     std::copy_n(pb.init_ssm + pb.ist_ssm(n, h), PN, H0.begin());
     std::copy_n(pb.init_k + pb.ist_k(n, 0, h), N, k0.begin());
     std::copy_n(pb.init_v + pb.ist_v(n, h), P, v0.begin());
+    if constexpr (Mag)
+      for (auto* v : {&H0, &k0, &v0})
+        for (double& x : *v) x = std::abs(x);
   }
   auto kprev_of = [&](const std::vector<double>& kr, int64_t tl) { return tl == 0 ? k0.data() : &kr[(tl - 1) * N]; };
   auto vprev_of = [&](int64_t tl) { return tl == 0 ? v0.data() : Vp(tl - 1); };
@@ -90,11 +123,21 @@ void run_one(const Problem& pb, int64_t n, int64_t h, const std::vector<double>&
         phi[tl * S + s] = detail::advance_angle(acc_hi[s], acc_lo[s], th);
       }
       for (int64_t j = 0; j < N; ++j) {
-        qr[tl * N + j] = pb.q[pb.iqk(b, t, 0, g) + j] + pb.q_bias[h * N + j];
-        kr[tl * N + j] = pb.k[pb.iqk(b, t, 0, g) + j] + pb.k_bias[h * N + j];
+        if constexpr (Mag) {
+          qr[tl * N + j] = std::abs(pb.q[pb.iqk(b, t, 0, g) + j]) + std::abs(pb.q_bias[h * N + j]);
+          kr[tl * N + j] = std::abs(pb.k[pb.iqk(b, t, 0, g) + j]) + std::abs(pb.k_bias[h * N + j]);
+        } else {
+          qr[tl * N + j] = pb.q[pb.iqk(b, t, 0, g) + j] + pb.q_bias[h * N + j];
+          kr[tl * N + j] = pb.k[pb.iqk(b, t, 0, g) + j] + pb.k_bias[h * N + j];
+        }
       }
-      rotate(&phi[tl * S], S, &qr[tl * N]);
-      rotate(&phi[tl * S], S, &kr[tl * N]);
+      if constexpr (Mag) {
+        rotate_mag(&phi[tl * S], S, &qr[tl * N]);
+        rotate_mag(&phi[tl * S], S, &kr[tl * N]);
+      } else {
+        rotate(&phi[tl * S], S, &qr[tl * N]);
+        rotate(&phi[tl * S], S, &kr[tl * N]);
+      }
       if (tl % Q == 0) std::copy(Hs.begin(), Hs.end(), ck.begin() + (tl / Q) * PN);
       const detail::TrapCoef c = coef(tl);
       state_update(Hs.data(), P, N, c.alpha, c.beta, c.gamma, vprev_of(tl), kprev_of(kr, tl), Vp(tl), &kr[tl * N]);
@@ -107,6 +150,9 @@ void run_one(const Problem& pb, int64_t n, int64_t h, const std::vector<double>&
   if (!df.d_k.empty()) std::copy_n(df.d_k.begin() + pb.ist_k(n, 0, h), N, dkc.begin());
   if (!df.d_v.empty()) std::copy_n(df.d_v.begin() + pb.ist_v(n, h), P, dvc.begin());
   if (!df.d_angle.empty()) std::copy_n(df.d_angle.begin() + pb.ist_angle(n, h), S, dphi.begin());
+  if constexpr (Mag)
+    for (auto* v : {&dH, &dkc, &dvc, &dphi})
+      for (double& x : *v) x = std::abs(x);
 
   std::vector<double> Hbuf((Q + 1) * PN), dy(P), dq(N), dk(N), dV(P), dkc_new(N), dvc_new(P);
   for (int64_t c = nchunks - 1; c >= 0; --c) {
@@ -128,7 +174,7 @@ void run_one(const Problem& pb, int64_t n, int64_t h, const std::vector<double>&
       const double* kprev = kprev_of(kr, tl);
       const double* q = &qr[tl * N];
       const double* k = &kr[tl * N];
-      const double* dO = &d_out[pb.iv(b, t, h)];
+      const double* dO = &d_out[pb.iv(b, t, h)];  // Mag: the caller passes |d_out|
       const detail::TrapCoef cf = coef(tl);
       const double dtv = pb.dt[ix(tl)];
 
@@ -140,8 +186,13 @@ void run_one(const Problem& pb, int64_t n, int64_t h, const std::vector<double>&
           const double y = acc + Dh * V[p];
           const double zz = pb.z[pb.iv(b, t, h) + p];
           const double sg = sigmoid(zz);
-          dy[p] = dO[p] * (zz * sg);
-          gr.dz[pb.iv(b, t, h) + p] = dO[p] * y * sg * (1.0 + zz * (1.0 - sg));
+          if constexpr (Mag) {
+            dy[p] = dO[p] * std::abs(zz * sg);
+            gr.dz[pb.iv(b, t, h) + p] = dO[p] * y * std::abs(sg * (1.0 + zz * (1.0 - sg)));
+          } else {
+            dy[p] = dO[p] * (zz * sg);
+            gr.dz[pb.iv(b, t, h) + p] = dO[p] * y * sg * (1.0 + zz * (1.0 - sg));
+          }
         } else {
           dy[p] = dO[p];
         }
@@ -184,12 +235,17 @@ void run_one(const Problem& pb, int64_t n, int64_t h, const std::vector<double>&
       for (int64_t p = 0; p < P; ++p) gr.dv[pb.iv(b, t, h) + p] += dV[p];
       // Coefficients.
       gr.dadt[ix(tl)] = dalpha * cf.alpha + dbeta * cf.beta;
-      const double dlam = dtv * (dgamma - cf.alpha * dbeta);
+      const double dlam = Mag ? std::abs(dtv) * (dgamma + cf.alpha * dbeta) : dtv * (dgamma - cf.alpha * dbeta);
       gr.dtrap[ix(tl)] = dlam * cf.lam * (1.0 - cf.lam);
       double ddt = dbeta * (1.0 - cf.lam) * cf.alpha + dgamma * cf.lam;
       // Rotation and biases.
-      rotate_adjoint(&phi[tl * S], S, q, dq.data(), dphi.data());
-      rotate_adjoint(&phi[tl * S], S, k, dk.data(), dphi.data());
+      if constexpr (Mag) {
+        rotate_adjoint_mag(&phi[tl * S], S, q, dq.data(), dphi.data());
+        rotate_adjoint_mag(&phi[tl * S], S, k, dk.data(), dphi.data());
+      } else {
+        rotate_adjoint(&phi[tl * S], S, q, dq.data(), dphi.data());
+        rotate_adjoint(&phi[tl * S], S, k, dk.data(), dphi.data());
+      }
       for (int64_t j = 0; j < N; ++j) {
         gr.dq[pb.iqk(b, t, 0, g) + j] += dq[j];
         gr.dk[pb.iqk(b, t, 0, g) + j] += dk[j];
@@ -199,8 +255,8 @@ void run_one(const Problem& pb, int64_t n, int64_t h, const std::vector<double>&
       // Angles: phi_t = phi_{t-1} + pi tanh(A) DT; dphi passes to phi_{t-1} unchanged.
       for (int64_t s = 0; s < S; ++s) {
         const double th = std::tanh(pb.angles[pb.iang(b, t, h) + s]);
-        gr.dangles[pb.iang(b, t, h) + s] = dphi[s] * kPi * (1.0 - th * th) * dtv;
-        ddt += dphi[s] * kPi * th;
+        gr.dangles[pb.iang(b, t, h) + s] = dphi[s] * kPi * (1.0 - th * th) * (Mag ? std::abs(dtv) : dtv);
+        ddt += dphi[s] * kPi * (Mag ? std::abs(th) : th);
       }
       gr.ddt[ix(tl)] = ddt;
     }
@@ -226,7 +282,24 @@ SisoGrads backward_siso_recurrent(const SisoParams& p, const SisoInputs& in, con
   // Serial over (sequence, head): dq / dk accumulate over the heads of a group, and dq_bias / dk_bias /
   // dd over the sequences of a head, always in this fixed order (deterministic).
   for (int64_t n = 0; n < NS; ++n)
-    for (int64_t h = 0; h < H; ++h) run_one(pb, n, h, d_out, dfinal, gr);
+    for (int64_t h = 0; h < H; ++h) run_one<false>(pb, n, h, d_out, dfinal, gr);
+  return gr;
+}
+
+SisoGrads backward_siso_bound(const SisoParams& p, const SisoInputs& in, const std::vector<double>& d_out,
+                              const SisoFinalGrads& dfinal) {
+  const Problem pb = detail::make_problem(p, in);
+  detail::check_siso_upstream("mamba3 backward bound", pb, d_out, dfinal);
+  auto abs_of = [](const std::vector<double>& x) {
+    std::vector<double> r(x.size());
+    for (size_t i = 0; i < x.size(); ++i) r[i] = std::abs(x[i]);
+    return r;
+  };
+  const SisoFinalGrads df{abs_of(dfinal.d_angle), abs_of(dfinal.d_ssm), abs_of(dfinal.d_k), abs_of(dfinal.d_v)};
+  const std::vector<double> dO = abs_of(d_out);
+  SisoGrads gr = detail::zero_siso_grads(in);
+  for (int64_t n = 0; n < pb.NS(); ++n)
+    for (int64_t h = 0; h < pb.H; ++h) run_one<true>(pb, n, h, dO, df, gr);
   return gr;
 }
 

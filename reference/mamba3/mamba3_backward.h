@@ -60,6 +60,7 @@
 // (sequence, head)); the angles are recomputed with the forward's compensated sum and reduction.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -96,6 +97,17 @@ struct SisoFinalGrads {
 // malformed inputs (as the forward) and on wrongly sized or non-finite upstream gradients.
 SisoGrads backward_siso_recurrent(const SisoParams& p, const SisoInputs& in, const std::vector<double>& d_out,
                                   const SisoFinalGrads& dfinal = {});
+
+// Error-bound magnitudes of every gradient (the backward analogue of the forward's bounds): the same
+// sweep run on magnitudes (mamba3_backward.cpp run_one<true>): every input, state and upstream
+// gradient in absolute value (the q / k bias sums as |x| + |bias|, each rotation as |u||c| + |w||s|),
+// the decays alpha and the coefficients beta, gamma, lam (all >= 0 for DT >= 0) unchanged, the gate's
+// and the angle chain's factors in absolute value, and dlam's difference a sum. Every gradient element
+// is then the sum of the absolute values of the elementary products it is made of (>= |gradient|),
+// and the decays keep it from growing along a sequence; a kernel that keeps O(1) roundings of unit
+// roundoff u per product errs by <= c u bound. Same fields as SisoGrads (dchunk_states empty).
+SisoGrads backward_siso_bound(const SisoParams& p, const SisoInputs& in, const std::vector<double>& d_out,
+                              const SisoFinalGrads& dfinal = {});
 
 // ---- Form (b): the chunked backward (the kernels' algorithm), backward_siso_chunked ----
 // Same contract, inputs, upstream gradients and returned gradients as backward_siso_recurrent, plus
@@ -147,7 +159,15 @@ std::string_view siso_bwd_mutant_name(SisoBwdMutant m);
 inline constexpr SisoBwdMutant kAllSisoBwdMutants[] = {SisoBwdMutant::adjoint_no_decay, SisoBwdMutant::no_adjoint_carry,
                                                        SisoBwdMutant::no_shifted_term_grad};
 
+// Options of backward_siso_chunked (calibration only; the defaults are the oracle): one mutant, and
+// io: an emulation of a kernel's hand-offs: the chunk-start states S_c and each chunk's incoming
+// state adjoint dS, as the chunk's gradient terms read them, rounded to io (fp32 for a kernel whose
+// hand-offs stay fp32); the carry itself stays exact; gradients are returned in fp64.
+struct SisoChunkedBackwardOptions {
+  SisoBwdMutant mutant = SisoBwdMutant::none;
+  std::optional<DType> io;
+};
 SisoGrads backward_siso_chunked(const SisoParams& p, const SisoInputs& in, const std::vector<double>& d_out,
-                                const SisoFinalGrads& dfinal = {}, SisoBwdMutant mutant = SisoBwdMutant::none);
+                                const SisoFinalGrads& dfinal = {}, const SisoChunkedBackwardOptions& opt = {});
 
 }  // namespace assay::mamba3

@@ -33,8 +33,9 @@ struct Shared {
   double dD = 0;
 };
 
-void run_one(const Problem& pb, const Result& fw, SisoBwdMutant mut, int64_t n, int64_t h, const std::vector<double>& d_out,
+void run_one(const Problem& pb, const Result& fw, const SisoChunkedBackwardOptions& opt, int64_t n, int64_t h, const std::vector<double>& d_out,
              const SisoFinalGrads& df, int64_t ncmax, SisoGrads& gr, Shared& sh) {
+  const SisoBwdMutant mut = opt.mutant;
   const int64_t N = pb.N, P = pb.P, S = pb.S, Q = pb.chunk;
   const int64_t b = pb.seq_row[n], t0 = pb.seq_start[n], len = pb.seq_len[n];
   const int64_t g = h / (pb.H / pb.G);
@@ -153,7 +154,9 @@ void run_one(const Problem& pb, const Result& fw, SisoBwdMutant mut, int64_t n, 
   const int64_t nch = (len + Q - 1) / Q;
   for (int64_t c = nch - 1; c >= 0; --c) {
     const int64_t c0 = c * Q, L = std::min(Q, len - c0);
-    const Eigen::Map<const Mat> Sc(fw.chunk_states.data() + pb.ichunk(pb.chunk_off[n] + c, h), P, N);
+    // The chunk-start state as the gradient kernels read it (io: rounded to the hand-off dtype).
+    Mat Sc = Eigen::Map<const Mat>(fw.chunk_states.data() + pb.ichunk(pb.chunk_off[n] + c, h), P, N);
+    if (opt.io) Sc = Sc.unaryExpr([&](double x) { return round_to(*opt.io, x); });
     // Decays: seg(i, j) summed directly, a_i inclusive; Mx = exp(seg) strictly below the diagonal.
     Mat seg = Mat::Zero(L, L);
     for (int64_t j = 0; j < L; ++j) {
@@ -214,10 +217,13 @@ void run_one(const Problem& pb, const Result& fw, SisoBwdMutant mut, int64_t n, 
     }
 
     // State: S_{c+1} = E_{L-1} S_c + sum_j W_j V_j k_j^T, dS its adjoint.
+    // The carry stays exact; the chunk's gradient terms read dS as handed off (io: rounded).
     dSc += (mut == SisoBwdMutant::adjoint_no_decay ? 1.0 : E[L - 1]) * dS;
-    dE[L - 1] += dS.cwiseProduct(Sc).sum();
-    const Mat KdS = Kc * dS.transpose();  // (L, P): dS k_j
-    const Mat VdS = Vc * dS;              // (L, N): dS^T V_j
+    Mat dSr = dS;
+    if (opt.io) dSr = dSr.unaryExpr([&](double x) { return round_to(*opt.io, x); });
+    dE[L - 1] += dSr.cwiseProduct(Sc).sum();
+    const Mat KdS = Kc * dSr.transpose();  // (L, P): dS k_j
+    const Mat VdS = Vc * dSr;              // (L, N): dS^T V_j
     for (int64_t j = 0; j < L; ++j) {
       const double Wx = j == L - 1 ? 1.0 : std::exp(seg(L - 1, j)), Wt = Wx * sc[c0 + j];
       dVc.row(j) += Wt * KdS.row(j);
@@ -326,7 +332,7 @@ std::string_view siso_bwd_mutant_name(SisoBwdMutant m) {
 }
 
 SisoGrads backward_siso_chunked(const SisoParams& p, const SisoInputs& in, const std::vector<double>& d_out,
-                                const SisoFinalGrads& dfinal, SisoBwdMutant mutant) {
+                                const SisoFinalGrads& dfinal, const SisoChunkedBackwardOptions& opt) {
   const Problem pb = detail::make_problem(p, in);  // validates every input as the forward does
   detail::check_siso_upstream("mamba3 chunked backward", pb, d_out, dfinal);
   const int64_t NS = pb.NS(), H = pb.H, N = pb.N, P = pb.P;
@@ -352,7 +358,7 @@ SisoGrads backward_siso_chunked(const SisoParams& p, const SisoInputs& in, const
     const int64_t b = pb.seq_row[n], t0 = pb.seq_start[n], len = pb.seq_len[n];
     for (int64_t h = g * hpg; h < (g + 1) * hpg; ++h) {
       Shared& s = sh[n * H + h];
-      run_one(pb, fw, mutant, n, h, d_out, dfinal, ncmax, gr, s);
+      run_one(pb, fw, opt, n, h, d_out, dfinal, ncmax, gr, s);
       for (int64_t tl = 0; tl < len; ++tl)
         for (int64_t j = 0; j < N; ++j) {
           gr.dq[pb.iqk(b, t0 + tl, 0, g) + j] += s.dqh(tl, j);

@@ -585,15 +585,37 @@ TEST_CASE("mamba3 siso chunked backward: each mutant changes what it targets", "
   const Upstream u = make_upstream(p, 701);
   const SisoGrads ref = backward_siso_chunked(p, in, u.d_out, u.df);
   for (const SisoBwdMutant m : kAllSisoBwdMutants) {
-    const SisoGrads g = backward_siso_chunked(p, in, u.d_out, u.df, m);
+    const SisoGrads g = backward_siso_chunked(p, in, u.d_out, u.df, {m, std::nullopt});
     double worst = 0;
     for (const auto& fld : kGradFields) worst = std::max(worst, agreement_rel(g.*(fld.f), ref.*(fld.f)));
     INFO(siso_bwd_mutant_name(m) << ": worst agreement_rel " << worst);
     CHECK(worst > 1e-3);
   }
-  const SisoGrads gs = backward_siso_chunked(p, in, u.d_out, u.df, SisoBwdMutant::no_shifted_term_grad);
+  const SisoGrads gs = backward_siso_chunked(p, in, u.d_out, u.df, {SisoBwdMutant::no_shifted_term_grad, std::nullopt});
   CHECK(gs.dq == ref.dq);
   CHECK(gs.dv == ref.dv);
   CHECK(agreement_rel(gs.dtrap, ref.dtrap) > 1e-3);
   CHECK(agreement_rel(gs.ddt, ref.ddt) > 1e-3);
+}
+
+TEST_CASE("mamba3 backward_siso_bound holds every gradient element", "[cpu][L0]") {
+  // A sum of absolute terms is >= the absolute value of their sum; and the bound is not slack by
+  // orders of magnitude (its largest element within 100x of the gradient's largest).
+  SisoParams p = base(1, 45, 2, 1, 6, 4, 2, 8);
+  p.cu_seqlens = {0, 20, 45};
+  const SisoInputs in = make_inputs(p, 800, {.d = true, .z = true, .states = true});
+  const Upstream u = make_upstream(p, 801);
+  const SisoGrads g = backward_siso_recurrent(p, in, u.d_out, u.df);
+  const SisoGrads b = backward_siso_bound(p, in, u.d_out, u.df);
+  for (const auto& fld : kGradFields) {
+    const auto &gv = g.*(fld.f), &bv = b.*(fld.f);
+    INFO(fld.name);
+    REQUIRE(gv.size() == bv.size());
+    double gmax = 0, bmax = 0;
+    for (size_t i = 0; i < gv.size(); ++i) {
+      CHECK(std::abs(gv[i]) <= bv[i] * (1 + 1e-12));
+      gmax = std::max(gmax, std::abs(gv[i])), bmax = std::max(bmax, bv[i]);
+    }
+    CHECK(bmax <= 100 * gmax);
+  }
 }
