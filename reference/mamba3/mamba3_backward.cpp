@@ -80,7 +80,7 @@ void state_update(double* Hs, int64_t P, int64_t N, double alpha, double beta, d
 // every gradient element is the sum of the absolute values of the products it is made of.
 template <bool Mag>
 void run_one(const Problem& pb, int64_t n, int64_t h, const std::vector<double>& d_out, const SisoFinalGrads& df,
-             SisoGrads& gr) {
+             int64_t ncmax, SisoGrads& gr) {
   const int64_t N = pb.N, P = pb.P, S = pb.S, PN = P * N, Q = pb.chunk;
   const int64_t b = pb.seq_row[n], t0 = pb.seq_start[n], len = pb.seq_len[n];
   const int64_t g = h / (pb.H / pb.G);
@@ -260,6 +260,8 @@ void run_one(const Problem& pb, int64_t n, int64_t h, const std::vector<double>&
       }
       gr.ddt[ix(tl)] = ddt;
     }
+    // dH now holds the adjoint of H_{c0-1}, which is the adjoint of the folded chunk-start state S_c.
+    std::copy(dH.begin(), dH.end(), gr.dchunk_states.begin() + ((n * pb.H + h) * ncmax + c) * PN);
   }
 
   if (st) {
@@ -279,10 +281,11 @@ SisoGrads backward_siso_recurrent(const SisoParams& p, const SisoInputs& in, con
   const int64_t NS = pb.NS(), H = pb.H;
 
   SisoGrads gr = detail::zero_siso_grads(in);
+  const int64_t ncmax = detail::alloc_dchunk_states(pb, gr);
   // Serial over (sequence, head): dq / dk accumulate over the heads of a group, and dq_bias / dk_bias /
   // dd over the sequences of a head, always in this fixed order (deterministic).
   for (int64_t n = 0; n < NS; ++n)
-    for (int64_t h = 0; h < H; ++h) run_one<false>(pb, n, h, d_out, dfinal, gr);
+    for (int64_t h = 0; h < H; ++h) run_one<false>(pb, n, h, d_out, dfinal, ncmax, gr);
   return gr;
 }
 
@@ -298,8 +301,9 @@ SisoGrads backward_siso_bound(const SisoParams& p, const SisoInputs& in, const s
   const SisoFinalGrads df{abs_of(dfinal.d_angle), abs_of(dfinal.d_ssm), abs_of(dfinal.d_k), abs_of(dfinal.d_v)};
   const std::vector<double> dO = abs_of(d_out);
   SisoGrads gr = detail::zero_siso_grads(in);
+  const int64_t ncmax = detail::alloc_dchunk_states(pb, gr);
   for (int64_t n = 0; n < pb.NS(); ++n)
-    for (int64_t h = 0; h < pb.H; ++h) run_one<true>(pb, n, h, dO, df, gr);
+    for (int64_t h = 0; h < pb.H; ++h) run_one<true>(pb, n, h, dO, df, ncmax, gr);
   return gr;
 }
 

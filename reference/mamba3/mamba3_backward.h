@@ -77,8 +77,8 @@ struct SisoGrads {
   std::vector<double> dd;                       // [H] or empty
   std::vector<double> dz;                       // [B,T,H,P] or empty
   std::vector<double> dangle_state, dssm_state, dk_state, dv_state;  // like the input states or empty
-  // backward_siso_chunked only (empty from backward_siso_recurrent): the adjoint of the chunk-start
-  // state, for bisection. [NS,H,NCmax,P,N] with NCmax = dchunk_count = max over sequences of
+  // The adjoint of the chunk-start state (both forms; backward_siso_bound: its magnitude), for
+  // bisection. [NS,H,NCmax,P,N] with NCmax = dchunk_count = max over sequences of
   // ceil(len/Q); entry c of sequence n is dL/dS_c, S_c the folded state entering chunk c (mamba3.h
   // "Chunk start states"); chunks a sequence does not have (c >= ceil(len_n/Q)) are 0.
   std::vector<double> dchunk_states;

@@ -340,11 +340,7 @@ SisoGrads backward_siso_chunked(const SisoParams& p, const SisoInputs& in, const
   const Result fw = siso_chunked(p, in);  // folded chunk-start states and the pre-gate output
 
   SisoGrads gr = detail::zero_siso_grads(in);
-  int64_t ncmax = 0;
-  for (int64_t n = 0; n < NS; ++n) ncmax = std::max(ncmax, pb.chunk_off[n + 1] - pb.chunk_off[n]);
-  gr.dchunk_count = ncmax;
-  check_memory(NS * H * ncmax * P * N, 8, "mamba3 chunked backward: dchunk_states");
-  gr.dchunk_states.assign(NS * H * ncmax * P * N, 0.0);
+  const int64_t ncmax = detail::alloc_dchunk_states(pb, gr);
 
   // Parallel over (sequence, q/k group): the heads of a group run in order and add their dq / dk
   // into the group's slice (disjoint between tasks); every other slice written in run_one is the

@@ -1,6 +1,7 @@
 // Private to reference/mamba3/: what the three backward oracles share (mamba3_backward.cpp:
 // SISO recurrent, mamba3_backward_chunked.cpp: SISO chunked, mamba3_backward_mimo.cpp: MIMO).
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -65,6 +66,17 @@ inline SisoGrads zero_siso_grads(const SisoInputs& in) {
                       {&gr.dk_state, &in.k_state}, {&gr.dv_state, &in.v_state}})
     g->assign(x->size(), 0.0);
   return gr;
+}
+
+// Sizes gr.dchunk_states [NS, H, NCmax, P, N] (zero) and gr.dchunk_count = NCmax, the most chunks
+// of any sequence; returns NCmax.
+inline int64_t alloc_dchunk_states(const Problem& pb, SisoGrads& gr) {
+  int64_t ncmax = 0;
+  for (int64_t n = 0; n < pb.NS(); ++n) ncmax = std::max(ncmax, pb.chunk_off[n + 1] - pb.chunk_off[n]);
+  gr.dchunk_count = ncmax;
+  check_memory(pb.NS() * pb.H * ncmax * pb.P * pb.N, 8, "mamba3 backward: dchunk_states");
+  gr.dchunk_states.assign(pb.NS() * pb.H * ncmax * pb.P * pb.N, 0.0);
+  return ncmax;
 }
 
 }  // namespace assay::mamba3::detail

@@ -370,6 +370,12 @@ double compare_forms(const std::string& label, const SisoParams& p, const SisoIn
     worst.per[i] = std::max(worst.per[i], r);
     w = std::max(w, r);
   }
+  {  // the chunk-start adjoints, both forms
+    INFO(label << " dchunk_states");
+    REQUIRE(a.dchunk_states.size() == b.dchunk_states.size());
+    REQUIRE(a.dchunk_count == b.dchunk_count);
+    if (max_abs(a.dchunk_states) > 1e-13 * scale) CHECK(agreement_rel(b.dchunk_states, a.dchunk_states) <= kFormAgreement);
+  }
   ++worst.runs;
   return w;
 }
@@ -618,4 +624,6 @@ TEST_CASE("mamba3 backward_siso_bound holds every gradient element", "[cpu][L0]"
     }
     CHECK(bmax <= 100 * gmax);
   }
+  REQUIRE(g.dchunk_states.size() == b.dchunk_states.size());
+  for (size_t i = 0; i < g.dchunk_states.size(); ++i) CHECK(std::abs(g.dchunk_states[i]) <= b.dchunk_states[i] * (1 + 1e-12));
 }
