@@ -68,3 +68,22 @@ def tensor_findings(case_entry):
                      _first_present(t, "worst_mismatch", "worst_index"),
                      float("inf") if ratio is None else float(ratio)))
     return rows
+
+
+def print_case_verdicts(report, claimed):
+    """Prints every claimed case's verdict with each tensor's error/allowed, and where a case is not
+    Passed, each failing tensor's first and worst bad index. Returns the number of cases not Passed."""
+    verdicts = {c["case"]: c for c in report.json["cases"]}
+    bad = 0
+    for n in claimed:
+        c = verdicts.get(n)
+        v = "no verdict" if c is None else c["verdict"]
+        print(f"{n}: {v} {'' if c is None else c.get('reason', '')}")
+        for t in (c or {}).get("tensors") or []:
+            r = t.get("max_ratio")
+            print(f"    {t.get('name')}: {t.get('verdict')}, error/allowed {r if r is not None else 'inf'}")
+        if v != "Passed":
+            bad += 1
+            for name, verdict, first, worst, ratio in tensor_findings(c or {}):
+                print(f"      {name}: {verdict}, first bad {first}, worst {worst}, error/allowed {ratio:.3g}")
+    return bad

@@ -105,7 +105,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     os.chdir(REPO)
     import assay  # PYTHONPATH=python
-    from _claims import announce_claims, claimed_cases, tensor_findings, timed_check
+    from _claims import announce_claims, claimed_cases, print_case_verdicts, timed_check
 
     if not torch.cuda.is_available():
         print("no CUDA device: fla's Triton kernels need a GPU", file=sys.stderr)
@@ -125,20 +125,7 @@ def main(argv=None):
                                   os.path.join("golden", OP, claimed[0] + ".h5"),
                                   sync=torch.cuda.synchronize, profile=args.profile, name="fla_chunk_gdn")
     print(f"assay.check over {len(claimed)} claimed cases: {seconds:.3f} s")
-    verdicts = {c["case"]: c for c in report.json["cases"]}
-    bad = 0
-    for n in claimed:
-        c = verdicts.get(n)
-        v = "no verdict" if c is None else c["verdict"]
-        print(f"{n}: {v} {'' if c is None else c.get('reason', '')}")
-        for t in (c or {}).get("tensors") or []:
-            r = t.get("max_ratio")
-            print(f"    {t.get('name')}: {t.get('verdict')}, error/allowed {r if r is not None else 'inf'}")
-        if v != "Passed":
-            bad += 1
-            for name, verdict, first, worst, ratio in tensor_findings(c or {}):
-                print(f"      {name}: {verdict}, first bad {first}, worst {worst}, error/allowed {ratio:.3g}")
-    return 1 if bad else 0
+    return 1 if print_case_verdicts(report, claimed) else 0
 
 
 if __name__ == "__main__":
