@@ -54,9 +54,8 @@ Grads backward_chunked(const Params& p, const Inputs& in, const std::vector<doub
                        const std::vector<double>& dfinal_state, const ChunkedBackwardOptions& opt) {
   const BwdMutant mut = opt.mutant;
   // The emulation's roundings (opt.io): a tensor as the next kernel reads it. Identity without io.
-  auto rnd = [&](Mat& m) {
-    if (opt.io)
-      for (int64_t i = 0; i < m.size(); ++i) m.data()[i] = round_to(*opt.io, m.data()[i]);
+  auto rnd = [&](auto&& m) {  // a Mat or a (strided) Map
+    if (opt.io) m = m.unaryExpr([&](double x) { return round_to(*opt.io, x); });
   };
   // The chunked forward gives the chunk-start states h_c (as fla's chunk_gated_delta_rule_bwd
   // recomputes them with chunk_gated_delta_rule_fwd_h).
@@ -150,9 +149,7 @@ Grads backward_chunked(const Params& p, const Inputs& in, const std::vector<doub
     for (int64_t i = 0; i < L; ++i) eQ.row(i) *= e(i);
     MapM MtdO(&DVN[(hv * BT + ch.tok0) * V], L, V);
     MtdO = M.transpose() * dOs;
-    if (opt.io)  // the local dv as stored
-      for (int64_t i = 0; i < L; ++i)
-        for (int64_t x = 0; x < V; ++x) MtdO(i, x) = round_to(*opt.io, MtdO(i, x));
+    rnd(MtdO);  // io: the local dv as stored
     MapM(slot(DH.get(), ch.n, ch.c, hv), K, V) = eQ.transpose() * dOs;
     for (int64_t j = 0; j < L; ++j) F[hv * BT + ch.tok0 + j] = E(L - 1, j);
     eL[job] = e(L - 1);
@@ -199,9 +196,7 @@ Grads backward_chunked(const Params& p, const Inputs& in, const std::vector<doub
       for (int64_t j = 0; j < L; ++j) fKdh.row(j) *= F[hv * BT + ch.tok0 + j];
       MapS dvnew(&DVN[(hv * BT + ch.tok0) * V + j0], L, nb, Eigen::OuterStride<>(V));  // M^T dOs -> dvnew
       dvnew += fKdh;
-      if (opt.io)
-        for (int64_t j = 0; j < L; ++j)
-          for (int64_t x = 0; x < nb; ++x) dvnew(j, x) = round_to(*opt.io, dvnew(j, x));
+      rnd(dvnew);
       Mat d = (mut == BwdMutant::adjoint_no_decay ? 1.0 : eL[(coff[n] + c) * HV + hv]) * dh_carry;
       d += dS0;
       d -= w.transpose() * dvnew;
