@@ -22,8 +22,7 @@ using detail::kPi;
 using detail::Problem;
 using Mat = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
-double sigmoid_t(double x) { return 0.5 * (1.0 + std::tanh(0.5 * x)); }
-
+using detail::sigmoid_tanh;
 
 // What one (sequence, head) contributes to gradients shared with other work items (added in a
 // fixed order by the caller): dq / dk of its tokens (the group's slice), the biases and dD.
@@ -41,7 +40,6 @@ void run_one(const Problem& pb, const Result& fw, const SisoChunkedBackwardOptio
   const int64_t g = h / (pb.H / pb.G);
   const bool st = pb.init_ssm != nullptr;
   const double Dh = pb.d ? pb.d[h] : 0.0;
-  auto ix = [&](int64_t tl) { return pb.ibht(b, h, t0 + tl); };
   sh.dqb.assign(N, 0.0);
   sh.dkb.assign(N, 0.0);
   sh.dqh.setZero(len, N);
@@ -59,48 +57,10 @@ void run_one(const Problem& pb, const Result& fw, const SisoChunkedBackwardOptio
     return;
   }
 
-  // ---- Per-token scalars: lam, DT, gam = lam DT, w = (1 - lam) DT, sc_j = gam_j + w_{j+1}. ----
-  std::vector<double> lam(len), dts(len), adt(len), gam(len), w(len), sc(len);
-  for (int64_t tl = 0; tl < len; ++tl) {
-    adt[tl] = pb.adt[ix(tl)];
-    dts[tl] = pb.dt[ix(tl)];
-    lam[tl] = sigmoid_t(pb.trap[ix(tl)]);
-    gam[tl] = lam[tl] * dts[tl];
-    w[tl] = (1.0 - lam[tl]) * dts[tl];
-  }
-  for (int64_t tl = 0; tl < len; ++tl) sc[tl] = gam[tl] + (tl + 1 < len ? w[tl + 1] : 0.0);
-
-  // ---- Angles: chunk-local compensated cumsum plus the carried (unreduced) angle, each token's
-  // angle reduced once (angle_dt_fwd's structure, as siso_chunked). ----
-  std::vector<double> phi(len * S);
-  {
-    std::vector<double> st_hi(S, 0.0), st_lo(S, 0.0);
-    if (st)
-      for (int64_t s = 0; s < S; ++s) st_hi[s] = pb.init_angle[pb.ist_angle(n, h) + s];
-    for (int64_t c0 = 0; c0 < len; c0 += Q) {
-      const int64_t L = std::min(Q, len - c0);
-      std::vector<double> cs(S, 0.0), cl(S, 0.0);
-      for (int64_t tl = c0; tl < c0 + L; ++tl) {
-        const int64_t t = t0 + tl;
-        for (int64_t s = 0; s < S; ++s) {
-          const double th = std::tanh(pb.angles[pb.iang(b, t, h) + s]) * kPi * dts[tl];
-          double sum, e;
-          detail::two_sum(cs[s], th, sum, e);
-          cs[s] = sum;
-          cl[s] += e;
-          double hi, lo;
-          detail::two_sum(st_hi[s], cs[s], hi, lo);
-          phi[tl * S + s] = detail::reduce_2pi(hi, lo + cl[s] + st_lo[s]);
-        }
-      }
-      for (int64_t s = 0; s < S; ++s) {
-        double hi, lo;
-        detail::two_sum(st_hi[s], cs[s], hi, lo);
-        st_hi[s] = hi;
-        st_lo[s] += lo + cl[s];
-      }
-    }
-  }
+  // ---- Per-token scalars and angles (shared with the MIMO chunked backward). ----
+  const detail::TokenScalars ts = detail::token_scalars(pb, b, h, t0, len);
+  const std::vector<double>&gam = ts.gam, &w = ts.w, &sc = ts.sc, &adt = ts.adt;
+  const std::vector<double> phi = detail::chunked_angles(pb, n, h, ts.dts);
   std::vector<double> cosv(len * S), sinv(len * S);
   for (int64_t i = 0; i < len * S; ++i) cosv[i] = std::cos(phi[i]), sinv[i] = std::sin(phi[i]);
 
@@ -135,7 +95,7 @@ void run_one(const Problem& pb, const Result& fw, const SisoChunkedBackwardOptio
       const double dO = d_out[pb.iv(b, t, h) + p];
       if (pb.z) {
         const double zz = pb.z[pb.iv(b, t, h) + p];
-        const double sg = sigmoid_t(zz);
+        const double sg = sigmoid_tanh(zz);
         const double y = fw.out_pregate[pb.ipre(b, t, 0, h) + p];
         dY(tl, p) = dO * (zz * sg);
         gr.dz[pb.iv(b, t, h) + p] = dO * y * (sg * (1.0 + zz * (1.0 - sg)));
@@ -233,18 +193,8 @@ void run_one(const Problem& pb, const Result& fw, const SisoChunkedBackwardOptio
       Gs(L - 1, j) += dW * Wt;
     }
 
-    // Decay: dADT_m = sum over every segment holding m (rows i >= m; columns j < m, and the
-    // chunk-start column of a_i).
-    {
-      std::vector<double> colsuf(L, 0.0);
-      double esuf = 0;
-      for (int64_t m = L - 1; m >= 0; --m) {
-        esuf += dE[m] * E[m];
-        double s = esuf;
-        for (int64_t j = 0; j < m; ++j) s += (colsuf[j] += Gs(m, j));
-        dadt[c0 + m] = s;
-      }
-    }
+    // Decay: dADT_m = sum over every segment holding m.
+    detail::chunk_decay_adjoint(L, dE, E, Gs.data(), &dadt[c0]);
     // Trapezoid weights: sc_j = gam_j + w_{j+1}; w_{j+1} of the next chunk's first token for j = L-1.
     for (int64_t j = 0; j < L; ++j) {
       dgam[c0 + j] += dsc[j];
@@ -286,34 +236,14 @@ void run_one(const Problem& pb, const Result& fw, const SisoChunkedBackwardOptio
       sh.dkh(tl, bb) += -dk(tl, a) * s + dk(tl, bb) * c;
     }
   }
-  // Angles, chunked: dtheta_t = carried (the angle-state adjoint of the later chunks and d_angle) +
-  // the suffix sum of dphi within the chunk.
-  std::vector<double> carry(S, 0.0), dth(len * S);
-  if (!df.d_angle.empty())
-    for (int64_t s = 0; s < S; ++s) carry[s] = df.d_angle[pb.ist_angle(n, h) + s];
-  for (int64_t c = nch - 1; c >= 0; --c) {
-    const int64_t c0 = c * Q, L = std::min(Q, len - c0);
-    std::vector<double> suf(S, 0.0);
-    for (int64_t tl = c0 + L - 1; tl >= c0; --tl)
-      for (int64_t s = 0; s < S; ++s) dth[tl * S + s] = carry[s] + (suf[s] += dphl[tl * S + s]);
-    for (int64_t s = 0; s < S; ++s) carry[s] += suf[s];
-  }
-  if (st) std::copy(carry.begin(), carry.end(), gr.dangle_state.begin() + pb.ist_angle(n, h));
-
-  for (int64_t tl = 0; tl < len; ++tl) {
-    const int64_t t = t0 + tl;
-    double ddt = lam[tl] * dgam[tl] + (1.0 - lam[tl]) * dw[tl];
-    for (int64_t s = 0; s < S; ++s) {
-      const double th = std::tanh(pb.angles[pb.iang(b, t, h) + s]);
-      gr.dangles[pb.iang(b, t, h) + s] = dth[tl * S + s] * kPi * (1.0 - th * th) * dts[tl];
-      ddt += dth[tl * S + s] * kPi * th;
-    }
-    gr.ddt[ix(tl)] = ddt;
-    gr.dadt[ix(tl)] = dadt[tl];
-    const double dlam = dts[tl] * (dgam[tl] - dw[tl]);
-    gr.dtrap[ix(tl)] = dlam * lam[tl] * (1.0 - lam[tl]);
-    for (int64_t p = 0; p < P; ++p) gr.dv[pb.iv(b, t, h) + p] = dV(tl, p);
-  }
+  // Angles, chunked (dtheta_t: the carried adjoint plus the suffix sum within the chunk), then the
+  // per-token chains into dDT, dAngles, dADT, dTrap.
+  std::vector<double> dth;
+  const std::vector<double> dangle0 = detail::chunked_angle_adjoint(pb, n, h, len, df.d_angle, dphl, dth);
+  if (st) std::copy(dangle0.begin(), dangle0.end(), gr.dangle_state.begin() + pb.ist_angle(n, h));
+  detail::token_chains(pb, b, h, t0, len, ts, dgam, dw, dadt, dth, gr);
+  for (int64_t tl = 0; tl < len; ++tl)
+    for (int64_t p = 0; p < P; ++p) gr.dv[pb.iv(b, t0 + tl, h) + p] = dV(tl, p);
   for (int64_t tl = 0; tl < len; ++tl)
     for (int64_t j = 0; j < N; ++j) sh.dqb[j] += sh.dqh(tl, j), sh.dkb[j] += sh.dkh(tl, j);
   sh.dD = dD;
@@ -335,7 +265,7 @@ SisoGrads backward_siso_chunked(const SisoParams& p, const SisoInputs& in, const
                                 const SisoFinalGrads& dfinal, const SisoChunkedBackwardOptions& opt) {
   const Problem pb = detail::make_problem(p, in);  // validates every input as the forward does
   detail::check_siso_upstream("mamba3 chunked backward", pb, d_out, dfinal);
-  const int64_t NS = pb.NS(), H = pb.H, N = pb.N, P = pb.P;
+  const int64_t NS = pb.NS(), H = pb.H, N = pb.N;
 
   const Result fw = siso_chunked(p, in);  // folded chunk-start states and the pre-gate output
 

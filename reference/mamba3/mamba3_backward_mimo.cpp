@@ -19,20 +19,7 @@ using detail::Problem;
 
 double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
-void check_upstream(const std::vector<double>& x, int64_t n, bool allow_empty, const char* name) {
-  detail::check_upstream("mamba3 mimo backward", x, n, allow_empty, name);
-}
-
-// The two dims of rotation pair i.
-void pair_of(const Problem& pb, int64_t i, int64_t& a, int64_t& b) {
-  if (pb.pairing == Pairing::adjacent) {
-    a = 2 * i;
-    b = 2 * i + 1;
-  } else {
-    a = i;
-    b = i + pb.N / 2;
-  }
-}
+using detail::pair_of;
 
 // x <- Rot(phi) x (length N), the forward's operations in the same order.
 void rotate(const Problem& pb, const double* phi, double* x) {
@@ -59,6 +46,30 @@ void rotate_adjoint(const Problem& pb, const double* phi, const double* x, doubl
   }
 }
 
+// Magnitudes (backward_mimo_bound): |Rot(phi) x| componentwise as |u||c| + |w||s| from |x|, and the
+// rotation adjoint's terms in absolute value.
+void rotate_mag(const Problem& pb, const double* phi, double* x) {
+  for (int64_t i = 0; i < pb.S; ++i) {
+    int64_t a, b;
+    pair_of(pb, i, a, b);
+    const double c = std::abs(std::cos(phi[i])), s = std::abs(std::sin(phi[i]));
+    const double u = x[a], w = x[b];
+    x[a] = u * c + w * s;
+    x[b] = u * s + w * c;
+  }
+}
+void rotate_adjoint_mag(const Problem& pb, const double* phi, const double* x, double* dx, double* dphi) {
+  for (int64_t i = 0; i < pb.S; ++i) {
+    int64_t a, b;
+    pair_of(pb, i, a, b);
+    const double c = std::abs(std::cos(phi[i])), s = std::abs(std::sin(phi[i]));
+    const double da = dx[a], db = dx[b];
+    dphi[i] += db * x[a] + da * x[b];
+    dx[a] = da * c + db * s;
+    dx[b] = da * s + db * c;
+  }
+}
+
 // H <- alpha H + beta sum_r vprev_r kprev_r^T + gamma sum_r v_r k_r^T (mamba3_step.cpp's order).
 void state_update(double* Hs, int64_t P, int64_t N, int64_t R, double alpha, double beta, double gamma,
                   const double* vprev, const double* kprev, const double* v, const double* k) {
@@ -76,18 +87,36 @@ void state_update(double* Hs, int64_t P, int64_t N, int64_t R, double alpha, dou
 // One (sequence, head): forward with checkpoints, then the reverse sweep. Writes only this
 // (sequence, head)'s slices, except the tensors shared by several (sequence, head) runs (dq / dk over
 // the heads of a group; the per-head parameters over sequences), which the caller serialises.
+// Mag = true (backward_mimo_bound): the same sweep on magnitudes (every input, state, parameter and
+// upstream gradient in absolute value; the caller passes |d_out| and |final grads|), the decays and
+// trapezoid coefficients unchanged, differences as sums; the fused norm's rs from the true pre-gate
+// y (ypre, mimo_step's out_pregate), the y it multiplies by its magnitude.
+template <bool Mag>
 void run_one(const Problem& pb, int64_t n, int64_t h, const std::vector<double>& d_out, const MimoFinalGrads& df,
-             MimoGrads& gr) {
+             const std::vector<double>* ypre, int64_t ncmax, MimoGrads& gr) {
   const int64_t N = pb.N, P = pb.P, R = pb.R, S = pb.S, PN = P * N, RN = R * N, RP = R * P, Q = pb.chunk;
   const int64_t b = pb.seq_row[n], t0 = pb.seq_start[n], len = pb.seq_len[n];
   const int64_t g = h / (pb.H / pb.G);
   const bool st = pb.init_ssm != nullptr;
-  const double Dh = pb.d ? pb.d[h] : 0.0;
-  const double* psi = pb.psi + pb.ihr(h, 0) * P;  // [R,P] of head h
-  const double* zeta = pb.zeta ? pb.zeta + pb.ihr(h, 0) * P : nullptr;
-  const double* phiw = pb.phi ? pb.phi + pb.ihr(h, 0) * P : nullptr;
-  const double* nw = pb.norm_w ? pb.norm_w + h * P : nullptr;
-  auto Vp = [&](int64_t tl) { return pb.v + pb.iv(b, t0 + tl, h); };  // raw V of token tl
+  const double Dh = pb.d ? (Mag ? std::abs(pb.d[h]) : pb.d[h]) : 0.0;
+  // Per-head parameters ([R,P], norm weight [P]) and the raw V of the sequence; Mag: their |.|.
+  std::vector<double> absbuf;
+  absbuf.reserve(Mag ? 3 * R * P + P : 0);  // never reallocates: the pointers handed out stay valid
+  auto param = [&](const double* x, int64_t cnt) -> const double* {
+    if (!Mag || x == nullptr) return x;
+    const size_t at = absbuf.size();
+    for (int64_t i = 0; i < cnt; ++i) absbuf.push_back(std::abs(x[i]));
+    return absbuf.data() + at;
+  };
+  const double* psi = param(pb.psi + pb.ihr(h, 0) * P, R * P);  // [R,P] of head h
+  const double* zeta = param(pb.zeta ? pb.zeta + pb.ihr(h, 0) * P : nullptr, R * P);
+  const double* phiw = param(pb.phi ? pb.phi + pb.ihr(h, 0) * P : nullptr, R * P);
+  const double* nw = param(pb.norm_w ? pb.norm_w + h * P : nullptr, P);
+  std::vector<double> Vabs(Mag ? len * P : 0);
+  if constexpr (Mag)
+    for (int64_t tl = 0; tl < len; ++tl)
+      for (int64_t p = 0; p < P; ++p) Vabs[tl * P + p] = std::abs(pb.v[pb.iv(b, t0 + tl, h) + p]);
+  auto Vp = [&](int64_t tl) { return Mag ? &Vabs[tl * P] : pb.v + pb.iv(b, t0 + tl, h); };  // V of token tl
   auto ix = [&](int64_t tl) { return pb.ibht(b, h, t0 + tl); };
   auto coef = [&](int64_t tl) { return detail::trap_coef(pb.trap[ix(tl)], pb.adt[ix(tl)], pb.dt[ix(tl)]); };
 
@@ -98,6 +127,9 @@ void run_one(const Problem& pb, int64_t n, int64_t h, const std::vector<double>&
     std::copy_n(pb.init_ssm + pb.ist_ssm(n, h), PN, H0.begin());
     for (int64_t r = 0; r < R; ++r) std::copy_n(pb.init_k + pb.ist_k(n, r, h), N, k0.begin() + r * N);
     std::copy_n(pb.init_v + pb.ist_v(n, h), P, v0.begin());
+    if constexpr (Mag)
+      for (auto* v : {&H0, &k0, &v0})
+        for (double& x : *v) x = std::abs(x);
   }
   auto kprev_of = [&](const std::vector<double>& kr, int64_t tl) { return tl == 0 ? k0.data() : &kr[(tl - 1) * RN]; };
   auto vprev_raw = [&](int64_t tl) { return tl == 0 ? v0.data() : Vp(tl - 1); };
@@ -128,11 +160,21 @@ void run_one(const Problem& pb, int64_t n, int64_t h, const std::vector<double>&
         double* qx = &qr[tl * RN + r * N];
         double* kx = &kr[tl * RN + r * N];
         for (int64_t j = 0; j < N; ++j) {
-          qx[j] = Qv[j] + pb.q_bias[pb.ihr(h, r) * N + j];
-          kx[j] = Kv[j] + pb.k_bias[pb.ihr(h, r) * N + j];
+          if constexpr (Mag) {
+            qx[j] = std::abs(Qv[j]) + std::abs(pb.q_bias[pb.ihr(h, r) * N + j]);
+            kx[j] = std::abs(Kv[j]) + std::abs(pb.k_bias[pb.ihr(h, r) * N + j]);
+          } else {
+            qx[j] = Qv[j] + pb.q_bias[pb.ihr(h, r) * N + j];
+            kx[j] = Kv[j] + pb.k_bias[pb.ihr(h, r) * N + j];
+          }
         }
-        rotate(pb, &phi[tl * S], qx);
-        rotate(pb, &phi[tl * S], kx);
+        if constexpr (Mag) {
+          rotate_mag(pb, &phi[tl * S], qx);
+          rotate_mag(pb, &phi[tl * S], kx);
+        } else {
+          rotate(pb, &phi[tl * S], qx);
+          rotate(pb, &phi[tl * S], kx);
+        }
       }
       if (tl % Q == 0) std::copy(Hs.begin(), Hs.end(), ck.begin() + (tl / Q) * PN);
       const detail::TrapCoef c = coef(tl);
@@ -150,6 +192,9 @@ void run_one(const Problem& pb, int64_t n, int64_t h, const std::vector<double>&
     for (int64_t r = 0; r < R; ++r) std::copy_n(df.d_k.begin() + pb.ist_k(n, r, h), N, dkc.begin() + r * N);
   if (!df.d_v.empty()) std::copy_n(df.d_v.begin() + pb.ist_v(n, h), P, dvc.begin());
   if (!df.d_angle.empty()) std::copy_n(df.d_angle.begin() + pb.ist_angle(n, h), S, dphi.begin());
+  if constexpr (Mag)
+    for (auto* v : {&dH, &dkc, &dvc, &dphi})
+      for (double& x : *v) x = std::abs(x);
 
   std::vector<double> Hbuf((Q + 1) * PN), y(RP), dy(RP), dq(RN), dk(RN), dv(RP), dvp(RP), dkc_new(RN);
   std::vector<double> hk(R), hkp(R);
@@ -190,11 +235,12 @@ void run_one(const Problem& pb, int64_t n, int64_t h, const std::vector<double>&
         }
       // Down-projection, gate, fused norm: d_out -> dy.
       for (int64_t r = 0; r < R; ++r) {
-        const double* yr = &y[r * P];
+        const double* yr = &y[r * P];  // Mag: the magnitude of y
+        const double* yt = Mag && pb.fused_norm ? &(*ypre)[pb.ipre(b, t, r, h)] : yr;  // the true y
         double rs = 1.0;
         if (pb.fused_norm) {
           double ms = 0;
-          for (int64_t p = 0; p < P; ++p) ms += yr[p] * yr[p];
+          for (int64_t p = 0; p < P; ++p) ms += yt[p] * yt[p];
           rs = 1.0 / std::sqrt(ms / static_cast<double>(P) + pb.norm_eps);
         }
         double sdu = 0;
@@ -210,24 +256,34 @@ void run_one(const Problem& pb, int64_t n, int64_t h, const std::vector<double>&
             dO = d_out[pb.iout(b, t, r, h) + p];
           if (Zt) {
             const double zr = zeta ? zeta[r * P + p] : 1.0;
-            const double zz = Zt[p] * zr;
-            const double sg = sigmoid(zz);
-            sil = zz * sg;
-            o = nv * sil;
-            const double dzz = dO * nv * sg * (1.0 + zz * (1.0 - sg));
-            gr.dz[pb.iv(b, t, h) + p] += dzz * zr;
-            if (zeta) gr.dzeta[pb.ihr(h, r) * P + p] += dzz * Zt[p];
+            if constexpr (Mag) {  // zeta is |zeta|: the gate's factors from the true Z zeta
+              const double zz = Zt[p] * pb.zeta[pb.ihr(h, r) * P + p];
+              const double sg = sigmoid(zz);
+              sil = std::abs(zz * sg);
+              o = nv * sil;
+              const double dzz = dO * nv * std::abs(sg * (1.0 + zz * (1.0 - sg)));
+              gr.dz[pb.iv(b, t, h) + p] += dzz * zr;
+              gr.dzeta[pb.ihr(h, r) * P + p] += dzz * std::abs(Zt[p]);
+            } else {
+              const double zz = Zt[p] * zr;
+              const double sg = sigmoid(zz);
+              sil = zz * sg;
+              o = nv * sil;
+              const double dzz = dO * nv * sg * (1.0 + zz * (1.0 - sg));
+              gr.dz[pb.iv(b, t, h) + p] += dzz * zr;
+              if (zeta) gr.dzeta[pb.ihr(h, r) * P + p] += dzz * Zt[p];
+            }
           }
           if (phiw) gr.dphi[pb.ihr(h, r) * P + p] += d_out[pb.iout(b, t, 0, h) + p] * o;
           dn = dO * sil;
           if (nw) gr.dnorm_weight[h * P + p] += dn * u;
           const double du = dn * w;
           dy[r * P + p] = du;
-          sdu += du * yr[p];
+          sdu += du * (Mag ? std::abs(yt[p]) : yr[p]);  // Mag: one factor true, one magnitude (below)
         }
         if (pb.fused_norm) {
           const double k3 = rs * rs * rs * sdu / static_cast<double>(P);
-          for (int64_t p = 0; p < P; ++p) dy[r * P + p] = rs * dy[r * P + p] - k3 * yr[p];
+          for (int64_t p = 0; p < P; ++p) dy[r * P + p] = rs * dy[r * P + p] + (Mag ? k3 : -k3) * yr[p];
         }
       }
       // y = H_t q + D v.
@@ -283,13 +339,18 @@ void run_one(const Problem& pb, int64_t n, int64_t h, const std::vector<double>&
       }
       // Coefficients.
       gr.dadt[ix(tl)] = dalpha * cf.alpha + dbeta * cf.beta;
-      const double dlam = dtv * (dgamma - cf.alpha * dbeta);
+      const double dlam = Mag ? std::abs(dtv) * (dgamma + cf.alpha * dbeta) : dtv * (dgamma - cf.alpha * dbeta);
       gr.dtrap[ix(tl)] = dlam * cf.lam * (1.0 - cf.lam);
       double ddt = dbeta * (1.0 - cf.lam) * cf.alpha + dgamma * cf.lam;
       // Rotation and biases.
       for (int64_t r = 0; r < R; ++r) {
-        rotate_adjoint(pb, &phi[tl * S], &q[r * N], &dq[r * N], dphi.data());
-        rotate_adjoint(pb, &phi[tl * S], &k[r * N], &dk[r * N], dphi.data());
+        if constexpr (Mag) {
+          rotate_adjoint_mag(pb, &phi[tl * S], &q[r * N], &dq[r * N], dphi.data());
+          rotate_adjoint_mag(pb, &phi[tl * S], &k[r * N], &dk[r * N], dphi.data());
+        } else {
+          rotate_adjoint(pb, &phi[tl * S], &q[r * N], &dq[r * N], dphi.data());
+          rotate_adjoint(pb, &phi[tl * S], &k[r * N], &dk[r * N], dphi.data());
+        }
         for (int64_t j = 0; j < N; ++j) {
           gr.dq[pb.iqk(b, t, r, g) + j] += dq[r * N + j];
           gr.dk[pb.iqk(b, t, r, g) + j] += dk[r * N + j];
@@ -300,11 +361,13 @@ void run_one(const Problem& pb, int64_t n, int64_t h, const std::vector<double>&
       // Angles: phi_t = phi_{t-1} + pi tanh(A) DT; dphi passes to phi_{t-1} unchanged.
       for (int64_t s = 0; s < S; ++s) {
         const double th = std::tanh(pb.angles[pb.iang(b, t, h) + s]);
-        gr.dangles[pb.iang(b, t, h) + s] = dphi[s] * kPi * (1.0 - th * th) * dtv;
-        ddt += dphi[s] * kPi * th;
+        gr.dangles[pb.iang(b, t, h) + s] = dphi[s] * kPi * (1.0 - th * th) * (Mag ? std::abs(dtv) : dtv);
+        ddt += dphi[s] * kPi * (Mag ? std::abs(th) : th);
       }
       gr.ddt[ix(tl)] = ddt;
     }
+    // dH now holds the adjoint of H_{c0-1}, which is the adjoint of the folded chunk-start state S_c.
+    std::copy(dH.begin(), dH.end(), gr.dchunk_states.begin() + ((n * pb.H + h) * ncmax + c) * PN);
   }
 
   if (st) {
@@ -317,42 +380,44 @@ void run_one(const Problem& pb, int64_t n, int64_t h, const std::vector<double>&
 
 }  // namespace
 
-MimoGrads backward_mimo_recurrent(const MimoParams& p, const MimoInputs& in, const std::vector<double>& d_out,
-                                  const MimoFinalGrads& dfinal) {
-  const Problem pb = detail::make_problem(p, in);  // validates every input as the forward does
-  const int64_t NS = pb.NS(), H = pb.H, N = pb.N, P = pb.P, S = pb.S, R = pb.R;
-  check_upstream(d_out, pb.out_size(), false, "d_out");
-  check_upstream(dfinal.d_angle, NS * H * S, true, "d_angle (final_angle)");
-  check_upstream(dfinal.d_ssm, NS * H * P * N, true, "d_ssm (final_ssm)");
-  check_upstream(dfinal.d_k, NS * R * H * N, true, "d_k (final_k)");
-  check_upstream(dfinal.d_v, NS * H * P, true, "d_v (final_v)");
+namespace {
 
-  MimoGrads gr;
-  gr.dq.assign(in.q.size(), 0.0);
-  gr.dk.assign(in.k.size(), 0.0);
-  gr.dv.assign(in.v.size(), 0.0);
-  gr.dadt.assign(in.adt.size(), 0.0);
-  gr.ddt.assign(in.dt.size(), 0.0);
-  gr.dtrap.assign(in.trap.size(), 0.0);
-  gr.dq_bias.assign(in.q_bias.size(), 0.0);
-  gr.dk_bias.assign(in.k_bias.size(), 0.0);
-  gr.dpsi.assign(in.psi.size(), 0.0);
-  gr.dzeta.assign(in.zeta.size(), 0.0);
-  gr.dphi.assign(in.phi.size(), 0.0);
-  gr.dangles.assign(in.angles.size(), 0.0);
-  gr.dd.assign(in.d.size(), 0.0);
-  gr.dz.assign(in.z.size(), 0.0);
-  gr.dnorm_weight.assign(in.norm_weight.size(), 0.0);
-  gr.dangle_state.assign(in.angle_state.size(), 0.0);
-  gr.dssm_state.assign(in.ssm_state.size(), 0.0);
-  gr.dk_state.assign(in.k_state.size(), 0.0);
-  gr.dv_state.assign(in.v_state.size(), 0.0);
+// Both entry points: validated problem, zeroed gradients, then every (sequence, head) in order.
+template <bool Mag>
+MimoGrads run_all(const MimoParams& p, const MimoInputs& in, const std::vector<double>& d_out,
+                  const MimoFinalGrads& dfinal) {
+  const Problem pb = detail::make_problem(p, in);  // validates every input as the forward does
+  detail::check_mimo_upstream("mamba3 mimo backward", pb, d_out, dfinal);
+  MimoGrads gr = detail::zero_mimo_grads(in);
+  const int64_t ncmax = detail::alloc_dchunk_states(pb, gr);
+  std::vector<double> ypre;  // Mag with the fused norm: the true pre-gate y for its rs
+  if (Mag && pb.fused_norm) ypre = detail::run_step(pb).out_pregate;
+  auto absv = [](std::vector<double> x) {
+    for (double& e : x) e = std::abs(e);
+    return x;
+  };
+  const std::vector<double> dout = Mag ? absv(d_out) : std::vector<double>{};
+  const MimoFinalGrads dfa = Mag ? MimoFinalGrads{absv(dfinal.d_angle), absv(dfinal.d_ssm), absv(dfinal.d_k),
+                                                  absv(dfinal.d_v)}
+                                 : MimoFinalGrads{};
   // Serial over (sequence, head): dq / dk accumulate over the heads of a group, and the per-head
   // parameters (biases, Psi, zeta, Phi, D, norm weight) over the sequences, always in this fixed
   // order (deterministic).
-  for (int64_t n = 0; n < NS; ++n)
-    for (int64_t h = 0; h < H; ++h) run_one(pb, n, h, d_out, dfinal, gr);
+  for (int64_t n = 0; n < pb.NS(); ++n)
+    for (int64_t h = 0; h < pb.H; ++h) run_one<Mag>(pb, n, h, Mag ? dout : d_out, Mag ? dfa : dfinal, &ypre, ncmax, gr);
   return gr;
+}
+
+}  // namespace
+
+MimoGrads backward_mimo_recurrent(const MimoParams& p, const MimoInputs& in, const std::vector<double>& d_out,
+                                  const MimoFinalGrads& dfinal) {
+  return run_all<false>(p, in, d_out, dfinal);
+}
+
+MimoGrads backward_mimo_bound(const MimoParams& p, const MimoInputs& in, const std::vector<double>& d_out,
+                              const MimoFinalGrads& dfinal) {
+  return run_all<true>(p, in, d_out, dfinal);
 }
 
 }  // namespace assay::mamba3

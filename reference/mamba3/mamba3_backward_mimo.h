@@ -1,7 +1,9 @@
 // Mamba-3 MIMO backward (state-spaces/mamba TileLang mamba3_mimo's autograd backward:
-// mamba_mimo_bwd_fwd + mamba_mimo_bwd_bwd, combined by mamba_mimo_bwd_combined), fp64 oracle: the
+// mamba_mimo_bwd_fwd + mamba_mimo_bwd_bwd, combined by mamba_mimo_bwd_combined), fp64 oracles in two
+// forms that agree to 1e-12 (tests/test_mamba3_backward_mimo.cpp): (a) backward_mimo_recurrent, the
 // definitional reverse-mode adjoint of the token-by-token MIMO step recurrence mamba3::mimo_step
-// (mamba3.h, mamba3_step.cpp), written by hand (no autodiff). The SISO model it generalizes is
+// (mamba3.h, mamba3_step.cpp), written by hand (no autodiff); (b) backward_mimo_chunked (below,
+// mamba3_backward_mimo_chunked.cpp), the chunked backward the kernels run. The SISO model it generalizes is
 // mamba3_backward.h (backward_siso_recurrent); MIMO at R = 1 with Psi = zeta = Phi = 1 and adjacent
 // pairs gives the SISO gradients to rounding (<= 1.2e-16 relative; tests/test_mamba3_backward_mimo.cpp).
 //
@@ -98,6 +100,8 @@
 // Preconditions (InputError otherwise): those of mimo_step (mamba3.h), and d_out / the final-state
 // gradients sized as above (or empty where allowed) and finite.
 #pragma once
+#include <optional>
+#include <string_view>
 #include <vector>
 
 #include "reference/mamba3/mamba3.h"
@@ -115,6 +119,10 @@ struct MimoGrads {
   std::vector<double> dz;                       // [B,T,H,P] or empty
   std::vector<double> dnorm_weight;             // [H,P] or empty
   std::vector<double> dangle_state, dssm_state, dk_state, dv_state;  // like the input states or empty
+  // The adjoint of every chunk-start state (both forms; backward_mimo_bound: its magnitude), for
+  // bisection: [NS,H,NCmax,P,N] as SisoGrads::dchunk_states (mamba3_backward.h).
+  std::vector<double> dchunk_states;
+  int64_t dchunk_count = 0;
 };
 
 // Upstream gradients of the final states the forward returns (each empty = 0).
@@ -129,5 +137,61 @@ struct MimoFinalGrads {
 // malformed inputs (as the forward) and on wrongly sized or non-finite upstream gradients.
 MimoGrads backward_mimo_recurrent(const MimoParams& p, const MimoInputs& in, const std::vector<double>& d_out,
                                   const MimoFinalGrads& dfinal = {});
+
+// Error-bound magnitudes of every gradient: the recurrent sweep run on magnitudes, as
+// backward_siso_bound (mamba3_backward.h) with the MIMO factors: |Psi|, |zeta|, |Phi|, |norm
+// weight| and |V| in absolute value; the fused norm's rs = (mean_P y^2 + eps)^(-1/2) taken from the
+// true pre-gate y (mimo_step), and its adjoint's difference rs du - rs^3 y_p <du, y> / P a sum
+// with y_p the magnitude and the y inside <du, y> the true value: the first-order effect of an error
+// of y (~ u |y|mag in a kernel) through the norm. Where y cancels (|y|mag >> |y|) the norm magnifies
+// that error, and the bound grows by the ratio (tests: ~2.7e3 x the gradient at T = 30 against
+// <= 100 x without the norm). Every gradient element is then the sum of the absolute values of
+// the elementary products it is made of (>= |gradient|). Same fields as MimoGrads.
+MimoGrads backward_mimo_bound(const MimoParams& p, const MimoInputs& in, const std::vector<double>& d_out,
+                              const MimoFinalGrads& dfinal = {});
+
+// ---- Form (b): the chunked backward (the kernels' algorithm), backward_mimo_chunked ----
+// Same contract as backward_mimo_recurrent, plus dchunk_states. The forward is recomputed by the
+// chunked form (mamba3::mimo_chunked: folded chunk-start states S_c and the pre-gate y); no step
+// recurrence and no per-token state adjoint. Rows are the fused (token, rank) pairs i = (t_i, r_i)
+// of a chunk (L R rows, as mimo_chunked), q_i, k_i rotated, v_i = V_{t_i} (.) Psi_{r_i}; with the
+// scalars of backward_siso_chunked (w, gam, sc, seg, E, M on the TOKEN index):
+//   y_i = E_{t_i} S_c q_i + sum_{j: t_j < t_i} M(t_i, t_j) (q_i . k_j) v_j
+//         + gam_{t_i} sum_{r'} (qh_i . kh_{(t_i, r')}) v_{(t_i, r')} + D v_i     (diagonal unrotated)
+//   S_{c+1} = E_{L-1} S_c + sum_j W_{t_j} v_j k_j^T,   S_0 = H_init + w_0 sum_r v_init,r k_init,r^T.
+// The reverse per chunk is backward_siso_chunked's on rows (inter, intra, state, decay, trap; the
+// mask and the decays read the token of each row), plus the MIMO pieces:
+//   gate:   d_out -> dy per row (down-projection Phi, gate silu(Z zeta), fused norm) as form (a),
+//           from the chunked forward's pre-gate y; dPhi, dzeta, dZ, dnorm_weight on the way
+//   diag:   with DV_ab = dy_a . v_b over the R x R rows of one token: dgam_t += sum (qh_a . kh_b) DV_ab,
+//           dqh_a += gam sum_b DV_ab kh_b, dkh_b += gam sum_a DV_ab qh_a, dv_b += gam sum_a (qh_a . kh_b) dy_a
+//   up:     dV_t = sum_r dv_(t,r) (.) Psi_r (+ d_v at the last token), dPsi_r += dv_(t,r) (.) V_t
+//   start:  d ssm_state = dS_0; dv_init,r = w_0 dS_0 k_init,r, d k_state_r = w_0 dS_0^T v_init,r,
+//           dw_0 += v_init,r^T dS_0 k_init,r; d v_state = sum_r dv_init,r (.) Psi_r, dPsi_r += dv_init,r (.) V_init.
+// Rotation adjoint per row with the case's pairing; each token's angle adjoint sums its R rows of q
+// and k. Work is parallel over (sequence, q/k group); the per-head sums over sequences (biases, Psi,
+// zeta, Phi, D, norm weight) are added in a fixed order (deterministic).
+// Deliberate bugs of the chunked backward, for the calibration kill matrix (never a golden):
+//   adjoint_no_decay       dS_c += dS without the chunk-total decay E_{L-1}
+//   no_adjoint_carry       a chunk boundary drops the carried adjoint
+//   no_shifted_term_grad   the adjoint of the shifted trapezoid weight w_{t+1} is dropped (dTrap and dDT
+//                          lose their (1 - lam) terms)
+//   diag_same_rank_only    the same-step diagonal's gradients only from pairs r' == r (the backward
+//                          of the forward's diag_same_rank_only bug; dy of the cross-rank pairs lost)
+enum class MimoBwdMutant { none, adjoint_no_decay, no_adjoint_carry, no_shifted_term_grad, diag_same_rank_only };
+std::string_view mimo_bwd_mutant_name(MimoBwdMutant m);
+inline constexpr MimoBwdMutant kAllMimoBwdMutants[] = {MimoBwdMutant::adjoint_no_decay, MimoBwdMutant::no_adjoint_carry,
+                                                       MimoBwdMutant::no_shifted_term_grad,
+                                                       MimoBwdMutant::diag_same_rank_only};
+
+// Options of backward_mimo_chunked (calibration only; the defaults are the oracle), as
+// SisoChunkedBackwardOptions: one mutant, and io, the dtype of the hand-offs S_c and dS as the chunk's
+// gradient terms read them (the carry exact).
+struct MimoChunkedBackwardOptions {
+  MimoBwdMutant mutant = MimoBwdMutant::none;
+  std::optional<DType> io;
+};
+MimoGrads backward_mimo_chunked(const MimoParams& p, const MimoInputs& in, const std::vector<double>& d_out,
+                                const MimoFinalGrads& dfinal = {}, const MimoChunkedBackwardOptions& opt = {});
 
 }  // namespace assay::mamba3

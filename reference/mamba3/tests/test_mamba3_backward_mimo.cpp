@@ -404,6 +404,7 @@ TEST_CASE("mamba3 mimo backward: R = 1 with Psi = zeta = Phi = 1 equals the SISO
         {"ssm_state", c.states ? rel_diff(gm.dssm_state, gs.dssm_state) : 0.0},
         {"k_state", c.states ? rel_diff(gm.dk_state, gs.dk_state) : 0.0},
         {"v_state", c.states ? rel_diff(gm.dv_state, gs.dv_state) : 0.0},
+        {"dchunk_states", rel_diff(gm.dchunk_states, gs.dchunk_states)},
     };
     std::string line;
     double worst = 0;
@@ -442,4 +443,223 @@ TEST_CASE("mamba3 mimo backward: malformed upstream gradients and inputs are ref
   bad = in;
   bad.zeta.clear();  // Z without MIMO_Z: refused as by the forward
   REQUIRE_THROWS_AS(backward_mimo_recurrent(p, bad, u.d_out, u.df), InputError);
+}
+
+// ---- Form (b): backward_mimo_chunked against form (a), the chunk-start adjoints, mutants, bound ----
+
+namespace {
+
+struct MimoGradField {
+  const char* name;
+  std::vector<double> MimoGrads::*f;
+};
+const MimoGradField kMimoGradFields[] = {
+    {"dq", &MimoGrads::dq},           {"dk", &MimoGrads::dk},
+    {"dv", &MimoGrads::dv},           {"dadt", &MimoGrads::dadt},
+    {"ddt", &MimoGrads::ddt},         {"dtrap", &MimoGrads::dtrap},
+    {"dq_bias", &MimoGrads::dq_bias}, {"dk_bias", &MimoGrads::dk_bias},
+    {"dpsi", &MimoGrads::dpsi},       {"dzeta", &MimoGrads::dzeta},
+    {"dphi", &MimoGrads::dphi},       {"dangles", &MimoGrads::dangles},
+    {"dd", &MimoGrads::dd},           {"dz", &MimoGrads::dz},
+    {"dnorm_weight", &MimoGrads::dnorm_weight}, {"dangle_state", &MimoGrads::dangle_state},
+    {"dssm_state", &MimoGrads::dssm_state},     {"dk_state", &MimoGrads::dk_state},
+    {"dv_state", &MimoGrads::dv_state},         {"dchunk_states", &MimoGrads::dchunk_states},
+};
+
+double max_abs(const std::vector<double>& x) {
+  double m = 0;
+  for (double e : x) m = std::max(m, std::fabs(e));
+  return m;
+}
+
+// Worst agreement per gradient over every comparison of the running test case.
+struct MimoWorst {
+  std::vector<double> per = std::vector<double>(std::size(kMimoGradFields), 0.0);
+  int64_t runs = 0, zero = 0;
+  void print(const char* title) const {
+    std::string line;
+    double all = 0;
+    for (size_t i = 0; i < per.size(); ++i) {
+      char buf[64];
+      std::snprintf(buf, sizeof buf, " %s=%.2e", kMimoGradFields[i].name, per[i]);
+      line += buf;
+      all = std::max(all, per[i]);
+    }
+    std::printf("%s: %lld runs, worst agreement_rel %.2e;%s (%lld analytically zero gradients)\n", title,
+                static_cast<long long>(runs), all, line.c_str(), static_cast<long long>(zero));
+  }
+};
+
+// Both forms on one configuration: every gradient (and dchunk_states) agrees to kFormAgreement. A
+// gradient that is analytically zero (rounding noise in form (a)) is judged by both forms being below
+// 1e-13 of the largest gradient.
+void compare_mimo_forms(const std::string& label, const MimoParams& p, const MimoInputs& in, const Upstream& u,
+                        MimoWorst& worst) {
+  const MimoGrads a = backward_mimo_recurrent(p, in, u.d_out, u.df);
+  const MimoGrads b = backward_mimo_chunked(p, in, u.d_out, u.df);
+  REQUIRE(a.dchunk_count == b.dchunk_count);
+  double scale = 0;
+  for (const auto& fld : kMimoGradFields) scale = std::max(scale, max_abs(a.*(fld.f)));
+  for (size_t i = 0; i < std::size(kMimoGradFields); ++i) {
+    const auto& fa = a.*(kMimoGradFields[i].f);
+    const auto& fb = b.*(kMimoGradFields[i].f);
+    INFO(label << " gradient " << kMimoGradFields[i].name);
+    REQUIRE(fa.size() == fb.size());
+    for (double e : fb) REQUIRE(std::isfinite(e));
+    if (!fa.empty() && max_abs(fa) <= 1e-13 * scale) {
+      CHECK(max_abs(fb) <= 1e-13 * scale);
+      ++worst.zero;
+      continue;
+    }
+    const double r = agreement_rel(fb, fa);
+    CHECK(r <= kFormAgreement);
+    worst.per[i] = std::max(worst.per[i], r);
+  }
+  ++worst.runs;
+}
+
+}  // namespace
+
+TEST_CASE("mamba3 mimo backward: chunked form (b) agrees with the recurrent form (a)", "[cpu][L0]") {
+  MimoWorst worst;
+  struct Cfg {
+    const char* name;
+    MimoParams p;
+    std::vector<int64_t> qs;  // chunk sizes (0 = T)
+    bool resets = false;
+  };
+  auto mk = [](int64_t B, int64_t T, int64_t H, int64_t G, int64_t N, int64_t P, int64_t R, int divisor,
+               bool adjacent, std::vector<int64_t> cu = {}) {
+    MimoParams p = base(B, T, H, G, N, P, R, divisor, adjacent, 1);
+    p.cu_seqlens = std::move(cu);
+    return p;
+  };
+  const std::vector<int64_t> allq = {1, 2, 3, 16, 0};
+  const std::vector<Cfg> cfgs = {
+      // T = 21: not a multiple of 2, 3, 16; Q = T. Half-split divisor 4: dims pass through.
+      {"B=2 T=21 H=2 G=1 N=8 P=3 R=2 half-split/4", mk(2, 21, 2, 1, 8, 3, 2, 4, false), allq},
+      // GQA, adjacent full rotation, R = 3.
+      {"B=1 T=13 H=4 G=2 N=4 P=2 R=3 adjacent/2", mk(1, 13, 4, 2, 4, 2, 3, 2, true), allq},
+      // R = 4, T = 1.
+      {"B=2 T=1 H=2 G=1 N=8 P=3 R=4", mk(2, 1, 2, 1, 8, 3, 4, 4, false), {1, 2, 16}},
+      // Varlen with a leading and a middle empty sequence, boundaries mid-chunk.
+      {"varlen {0,0,5,5,14,25} H=2 R=2", mk(1, 25, 2, 1, 8, 4, 2, 4, false, {0, 0, 5, 5, 14, 25}), allq},
+      // ADT = -inf resets.
+      {"resets B=2 T=21 H=2 R=2", mk(2, 21, 2, 1, 8, 3, 2, 4, false), allq, true},
+      // Longer, several chunks of the kernels' sizes (64 / R).
+      {"B=1 T=150 H=2 G=1 N=16 P=8 R=4", mk(1, 150, 2, 1, 16, 8, 4, 2, false), {16, 0}},
+  };
+  uint64_t seed = 500;
+  for (const Cfg& cfg : cfgs) {
+    for (int64_t q0 : cfg.qs) {
+      // bit 0 D, bit 1 Z, bit 2 Phi, bit 3 input states; modes 16.. the fused norm (with / without weight)
+      for (int mode : {0, 3, 5, 6, 7, 8, 15, 16 + 15, 32 + 13}) {
+        MimoParams p = cfg.p;
+        p.chunk_size = q0 == 0 ? p.T : q0;
+        const int norm = mode >= 32 ? 1 : mode >= 16 ? 2 : 0;
+        const Opts o{.d = (mode & 1) != 0, .z = (mode & 2) != 0 || norm > 0, .phi = (mode & 4) != 0 || norm > 0,
+                     .states = (mode & 8) != 0, .norm = norm};
+        MimoInputs in = make_inputs(p, ++seed, o);
+        if (cfg.resets) {
+          const int64_t T = p.T;
+          auto at = [&](int64_t bb, int64_t h, int64_t t) { in.adt[(bb * p.H + h) * T + t] = -INFINITY; };
+          at(0, 0, 0), at(0, 1, 6), at(1, 0, 16), at(1, 1, 20), at(0, 0, 6);
+        }
+        const unsigned mask = (mode == 0 || mode == 5) ? 0u : 0xFu;
+        const Upstream u = make_upstream(p, in, ++seed, mask);
+        const std::string label = std::string(cfg.name) + " Q=" + std::to_string(p.chunk_size) +
+                                  " mode=" + std::to_string(mode);
+        compare_mimo_forms(label, p, in, u, worst);
+      }
+    }
+  }
+  worst.print("mamba3 mimo backward chunked vs recurrent");
+  {  // deterministic (parallel over (sequence, group), fixed summation order): bitwise repeatable
+    MimoParams p = mk(1, 25, 4, 2, 8, 4, 2, 4, false, {0, 7, 25});
+    p.chunk_size = 4;
+    const MimoInputs in = make_inputs(p, 900, {.states = true});
+    const Upstream u = make_upstream(p, in, 901);
+    const MimoGrads g1 = backward_mimo_chunked(p, in, u.d_out, u.df), g2 = backward_mimo_chunked(p, in, u.d_out, u.df);
+    for (const auto& fld : kMimoGradFields) CHECK(g1.*(fld.f) == g2.*(fld.f));
+  }
+}
+
+TEST_CASE("mamba3 mimo chunked backward: each mutant changes what it targets", "[cpu][L0]") {
+  // Two sequences of several chunks with input states, R = 3: the carry, its decay, the shifted
+  // trapezoid term and the cross-rank diagonal all matter.
+  MimoParams p = base(1, 30, 2, 1, 8, 4, 3, 4, false, 4);
+  p.cu_seqlens = {0, 13, 30};
+  const MimoInputs in = make_inputs(p, 700, {.states = true});
+  const Upstream u = make_upstream(p, in, 701);
+  const MimoGrads ref = backward_mimo_chunked(p, in, u.d_out, u.df);
+  for (const MimoBwdMutant m : kAllMimoBwdMutants) {
+    const MimoGrads g = backward_mimo_chunked(p, in, u.d_out, u.df, {m, std::nullopt});
+    double worst = 0;
+    for (const auto& fld : kMimoGradFields) worst = std::max(worst, agreement_rel(g.*(fld.f), ref.*(fld.f)));
+    INFO(mimo_bwd_mutant_name(m) << ": worst agreement_rel " << worst);
+    CHECK(worst > 1e-3);
+  }
+  // no_shifted_term_grad moves only the coefficient gradients (and what reads dw_0).
+  const MimoGrads gs = backward_mimo_chunked(p, in, u.d_out, u.df, {MimoBwdMutant::no_shifted_term_grad, std::nullopt});
+  CHECK(gs.dq == ref.dq);
+  CHECK(gs.dv == ref.dv);
+  CHECK(agreement_rel(gs.dtrap, ref.dtrap) > 1e-3);
+  // diag_same_rank_only is a no-op at R = 1.
+  MimoParams p1 = base(1, 9, 1, 1, 4, 2, 1, 2, false, 4);
+  const MimoInputs in1 = make_inputs(p1, 710, {});
+  const Upstream u1 = make_upstream(p1, in1, 711);
+  const MimoGrads a1 = backward_mimo_chunked(p1, in1, u1.d_out, u1.df);
+  const MimoGrads b1 = backward_mimo_chunked(p1, in1, u1.d_out, u1.df, {MimoBwdMutant::diag_same_rank_only, std::nullopt});
+  CHECK(a1.dq == b1.dq);
+  CHECK(a1.ddt == b1.ddt);
+}
+
+TEST_CASE("mamba3 backward_mimo_bound holds every gradient element", "[cpu][L0]") {
+  // A sum of absolute terms is >= the absolute value of their sum; and the bound is not slack by
+  // orders of magnitude: its largest element within 100x of the gradient's largest without the
+  // fused norm. With it, the norm divides by rms(y) (the true y) while the magnitude keeps |y|mag,
+  // so every gradient's bound grows by the cancellation ratio |y|mag / |y| of the pre-gate output
+  // (first order in a kernel's error of y, which is what the bound is for); at T = 30, N = 8 with
+  // uniform inputs that is ~20, so the norm case allows 1e4 (measured worst ~2.5e3, dadt).
+  for (int norm : {0, 2}) {
+    const double slack = norm ? 1e4 : 100;
+    double worst_slack = 0;
+    MimoParams p = base(1, 30, 2, 1, 8, 4, 3, 4, false, 4);
+    p.cu_seqlens = {0, 13, 30};
+    const MimoInputs in = make_inputs(p, 800 + norm, {.states = true, .norm = norm});
+    const Upstream u = make_upstream(p, in, 801);
+    const MimoGrads g = backward_mimo_recurrent(p, in, u.d_out, u.df);
+    const MimoGrads b = backward_mimo_bound(p, in, u.d_out, u.df);
+    for (const auto& fld : kMimoGradFields) {
+      const auto &gv = g.*(fld.f), &bv = b.*(fld.f);
+      INFO("norm " << norm << " " << fld.name);
+      REQUIRE(gv.size() == bv.size());
+      double gmax = 0, bmax = 0;
+      for (size_t i = 0; i < gv.size(); ++i) {
+        CHECK(std::abs(gv[i]) <= bv[i] * (1 + 1e-12));
+        gmax = std::max(gmax, std::abs(gv[i])), bmax = std::max(bmax, bv[i]);
+      }
+      CHECK(bmax <= slack * gmax);
+      if (gmax > 0) worst_slack = std::max(worst_slack, bmax / gmax);
+    }
+    std::printf("mamba3 backward_mimo_bound, fused norm %d: worst max(bound) / max|gradient| %.3g\n", norm, worst_slack);
+  }
+}
+
+TEST_CASE("mamba3 mimo backward: chunked form (b) refuses malformed upstream gradients", "[cpu][L0]") {
+  MimoParams p = base(2, 3, 1, 1, 4, 2, 2, 2, false, 2);
+  const MimoInputs in = make_inputs(p, 72, {.states = true});
+  Upstream u = make_upstream(p, in, 73);
+  u.d_out.pop_back();
+  REQUIRE_THROWS_AS(backward_mimo_chunked(p, in, u.d_out, u.df), InputError);
+  u = make_upstream(p, in, 73);
+  u.df.d_k.pop_back();
+  REQUIRE_THROWS_AS(backward_mimo_chunked(p, in, u.d_out, u.df), InputError);
+  u = make_upstream(p, in, 73);
+  u.df.d_ssm[0] = NAN;
+  REQUIRE_THROWS_AS(backward_mimo_chunked(p, in, u.d_out, u.df), InputError);
+  u = make_upstream(p, in, 73);
+  MimoInputs bad = in;
+  bad.adt[1] = 0.5;  // ADT > 0: refused as by the forward
+  REQUIRE_THROWS_AS(backward_mimo_chunked(p, bad, u.d_out, u.df), InputError);
 }
