@@ -1,8 +1,8 @@
 // Private to reference/mamba3/: what the backward oracles share (mamba3_backward.cpp: SISO
-// recurrent, mamba3_backward_chunked.cpp: SISO chunked, mamba3_backward_mimo.cpp: MIMO recurrent,
-// mamba3_backward_mimo_chunked.cpp: MIMO chunked). The chunked helpers at the end are what the
-// SISO and MIMO chunked forms have in common (per-token scalars, angles, the decay and trapezoid
-// adjoints); the recurrent forms share only the angle advance and the trapezoid coefficients.
+// recurrent, mamba3_backward_mimo.cpp: MIMO recurrent, mamba3_backward_chunked.cpp: the chunked
+// form of both). The chunked helpers at the end (per-token scalars, angles, the decay and angle
+// adjoints) are written once for the chunked form; the recurrent forms share only the angle advance
+// and the trapezoid coefficients.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -45,17 +45,6 @@ inline void check_mimo_upstream(const char* who, const Problem& pb, const std::v
   check_upstream(who, dfinal.d_ssm, NS * H * P * N, true, "d_ssm (final_ssm)");
   check_upstream(who, dfinal.d_k, NS * R * H * N, true, "d_k (final_k)");
   check_upstream(who, dfinal.d_v, NS * H * P, true, "d_v (final_v)");
-}
-
-// The two dims of rotation pair i (adjacent (2i, 2i+1) or half-split (i, i + N/2)).
-inline void pair_of(const Problem& pb, int64_t i, int64_t& a, int64_t& b) {
-  if (pb.pairing == Pairing::adjacent) {
-    a = 2 * i;
-    b = 2 * i + 1;
-  } else {
-    a = i;
-    b = i + pb.N / 2;
-  }
 }
 
 // One token of the step forward's angle recurrence, recomputed bit-identically by the recurrent

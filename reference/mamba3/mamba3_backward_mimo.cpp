@@ -14,7 +14,6 @@ namespace assay::mamba3 {
 namespace {
 
 using detail::kPi;
-using detail::Pairing;
 using detail::Problem;
 
 double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }

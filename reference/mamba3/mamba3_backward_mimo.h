@@ -2,9 +2,9 @@
 // mamba_mimo_bwd_fwd + mamba_mimo_bwd_bwd, combined by mamba_mimo_bwd_combined), fp64 oracles in two
 // forms that agree to 1e-12 (tests/test_mamba3_backward_mimo.cpp): (a) backward_mimo_recurrent, the
 // definitional reverse-mode adjoint of the token-by-token MIMO step recurrence mamba3::mimo_step
-// (mamba3.h, mamba3_step.cpp), written by hand (no autodiff); (b) backward_mimo_chunked (below,
-// mamba3_backward_mimo_chunked.cpp), the chunked backward the kernels run. The SISO model it generalizes is
-// mamba3_backward.h (backward_siso_recurrent); MIMO at R = 1 with Psi = zeta = Phi = 1 and adjacent
+// (mamba3.h, mamba3_step.cpp), written by hand (no autodiff); (b) backward_mimo_chunked (below;
+// mamba3_backward_chunked.cpp, one implementation with SISO's), the chunked backward the kernels
+// run. The SISO model it generalizes is mamba3_backward.h (backward_siso_recurrent); MIMO at R = 1 with Psi = zeta = Phi = 1 and adjacent
 // pairs gives the SISO gradients to rounding (<= 1.2e-16 relative; tests/test_mamba3_backward_mimo.cpp).
 //
 // Convention: exactly the forward's (mamba3.h spec 2.5, MimoParams / MimoInputs): DT and ADT are

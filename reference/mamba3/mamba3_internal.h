@@ -110,6 +110,17 @@ struct Problem {
   int64_t ichunk(int64_t c, int64_t h) const { return (c * H + h) * P * N; }
 };
 
+// The two dims of rotation pair i (adjacent (2i, 2i+1) or half-split (i, i + N/2)).
+inline void pair_of(const Problem& pb, int64_t i, int64_t& a, int64_t& b) {
+  if (pb.pairing == Pairing::adjacent) {
+    a = 2 * i;
+    b = 2 * i + 1;
+  } else {
+    a = i;
+    b = i + pb.N / 2;
+  }
+}
+
 // The normalized problems of the public entry points (validated; pointers into `in`).
 Problem make_problem(const SisoParams& p, const SisoInputs& in);
 Problem make_problem(const MimoParams& p, const MimoInputs& in);

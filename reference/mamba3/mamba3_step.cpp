@@ -19,13 +19,7 @@ void rotate_inplace(const Problem& pb, const std::vector<double>& phi, double* x
     for (int64_t j = 0; j < pb.N; ++j) xa[j] = std::fabs(x[j]);
   for (int64_t i = 0; i < pb.S; ++i) {
     int64_t a, b;
-    if (pb.pairing == Pairing::adjacent) {
-      a = 2 * i;
-      b = 2 * i + 1;
-    } else {
-      a = i;
-      b = i + pb.N / 2;
-    }
+    pair_of(pb, i, a, b);
     const double c = std::cos(phi[i]), s = std::sin(phi[i]);
     const double u = x[a], w = x[b];
     x[a] = u * c - w * s;
