@@ -12,9 +12,9 @@
 // form, so two forms of the same math have different counts when their algorithms do different
 // work), and of_dgemm = GFLOP/s / the dgemm GFLOP/s of this process at the same thread count.
 // BM_dgemm runs first and stores its rate; when a filter leaves it out, the rate is measured once
-// (untimed) before the first benchmark that needs it. Inputs are random with the fixtures'
-// distributions (fixtures/<op>.cpp), so the oracles take their real code paths; they are made
-// before the timed loop.
+// (untimed) before the first benchmark that needs it. Every form is called once, untimed, before
+// its timed loop. Inputs are random with the fixtures' distributions (fixtures/<op>.cpp), so the
+// oracles take their real code paths; they are made before the timed loop.
 //
 // Cross-check mode (for the torch script): bench_oracles --assay_crosscheck=FILE writes tiny
 // cases (inputs and the oracles' outputs, JSON) to FILE and exits without benchmarking.
@@ -259,6 +259,10 @@ double measure_dgemm(int64_t n) {
 // Times fn over the benchmark loop (wall clock, as UseRealTime) and sets GFLOP/s and of_dgemm.
 void run_timed(benchmark::State& st, double flops, const std::function<void()>& fn, bool quick) {
   if (g_dgemm_gflops <= 0) g_dgemm_gflops = measure_dgemm(quick ? 1024 : 2048);
+  // One untimed call first, as the torch script warms up its references: the slow forms run the
+  // timed loop once, and a cold first call (the allocator's first mappings of hundreds of MB, page
+  // compaction for huge pages) would otherwise be all that is measured.
+  fn();
   double sec = 0;
   for (auto _ : st) {
     const auto t0 = std::chrono::steady_clock::now();

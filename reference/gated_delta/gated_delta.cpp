@@ -72,7 +72,7 @@ bool all_finite(const std::vector<double>& x) {
   const auto n = static_cast<int64_t>(x.size());
   bool ok = true;
 #pragma omp parallel for schedule(static) reduction(&& : ok) if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i) ok = ok && std::isfinite(x[i]);
+  for (int64_t i = 0; i < n; ++i) ok &= std::isfinite(x[i]);  // (no short cut: vectorises)
   return ok;
 }
 
@@ -271,14 +271,16 @@ void step(double* S, int64_t K, int64_t V, double g, double beta, const double* 
   }
 }
 
+// The result with its small fields set and o / chunk_states only reserved, their pages faulted in
+// by all threads (reserve_prefaulted): the forms zero-fill them (resize) where it suits them.
 Result alloc_result(const Prep& P) {
   Result r;
   r.num_seqs = P.Nseq;
   r.num_chunks = P.NC;
   r.chunk_offsets = P.chunk_off;
-  r.o = zeros_prefaulted(P.B * P.T * P.HV * P.V);
+  reserve_prefaulted(r.o, P.B * P.T * P.HV * P.V);
   r.final_state.assign(P.Nseq * P.HV * P.K * P.V, 0.0);
-  r.chunk_states = zeros_prefaulted(P.NC * P.HV * P.K * P.V);
+  reserve_prefaulted(r.chunk_states, P.NC * P.HV * P.K * P.V);
   return r;
 }
 
@@ -483,9 +485,11 @@ std::unique_ptr<double[], FreeDeleter> aligned_zeros(int64_t n) {
 Result recurrent(const Params& p, const Inputs& in) {
   const Prep P = prepare(p, in);
   Result r = alloc_result(P);
-  r.o_bound = zeros_prefaulted(r.o.size());
+  const size_t no = P.B * P.T * P.HV * P.V, ncs = P.NC * P.HV * P.K * P.V;
+  reserve_prefaulted(r.o_bound, no);
+  reserve_prefaulted(r.chunk_states_bound, ncs);
+  resize_concurrently({{&r.o, no}, {&r.o_bound, no}, {&r.chunk_states, ncs}, {&r.chunk_states_bound, ncs}});
   r.final_state_bound.assign(r.final_state.size(), 0.0);
-  r.chunk_states_bound = zeros_prefaulted(r.chunk_states.size());
   const int64_t K = P.K, V = P.V, KV = K * V, HV = P.HV, G = P.HV / P.H;
   const int64_t nvb = (V + kRecCols - 1) / kRecCols, jobs = P.Nseq * HV * nvb;
   const bool read_before_decay = p.mutant == Mutant::missing_alpha;
@@ -601,18 +605,20 @@ Result recurrent(const Params& p, const Inputs& in) {
 //   are unchanged. recurrent() implements the same mutant token by token; the tests check that the two
 //   agree, which confirms this derivation.
 //
-// Decomposition (fla's chunk kernels), in three passes; each work item writes only its own slice
+// Decomposition (fla's chunk kernels), in two passes; each work item writes only its own slice
 // and every reduction has one fixed order, so the result does not depend on the thread count (the
 // passes always run inside a parallel region, however small, where OpenBLAS runs each GEMM on the
 // calling thread; outside one a large GEMM is split over the OpenMP pool, and its tiles'
 // summation order with it):
-//   1. per chunk, parallel over (chunk, hv) (chunk_scaled_dot_kkt, solve_tril, recompute_w_u):
-//      A, T = (I + A)^-1, w = T (beta e^G K), u = T (beta V), the state-update decays;
-//   2. state pass, parallel over (sequence, hv, block of kVBlock value columns), sequential over the
-//      sequence's chunks (chunk_gated_delta_rule_fwd_h, whose grid is also (V blocks, heads)): store
-//      h_c, v_new = u - w h_c, h_{c+1} = e^{G_last} h_c + K^T (exp(G_last - G) v_new). Column j of h
-//      and of v_new depends only on column j of h and u, so the column blocks are independent;
-//   3. output per chunk, parallel over (chunk, hv) (chunk_fwd_o): o = scale [e^G (Q h_c) + M v_new].
+//   1. per chunk, parallel over (chunk, hv) (chunk_scaled_dot_kkt, solve_tril, recompute_w_u, and
+//      chunk_fwd_o's intra-chunk matrix): A, T = (I + A)^-1, w = T (beta e^G K), u = T (beta V),
+//      M = (Q K^T) o exp(G_i - G_j) (diagonal included), the decays;
+//   2. state pass and output, parallel over (sequence, hv, block of kVBlock value columns),
+//      sequential over the sequence's chunks (chunk_gated_delta_rule_fwd_h, whose grid is also
+//      (V blocks, heads), then chunk_fwd_o on the same columns): store h_c, v_new = u - w h_c,
+//      o = scale [e^G (Q h_c) + M v_new], h_{c+1} = e^{G_last} h_c + K^T (exp(G_last - G) v_new).
+//      Column j of h, v_new and o depends only on column j of h and u, so the column blocks are
+//      independent, and the block of h stays in cache for both products.
 
 namespace {
 
@@ -646,7 +652,7 @@ void rnd(Mat& m, const std::optional<DType>& t) {
 Result chunked(const Params& p, const Inputs& in) {
   const Prep P = prepare(p, in, false);
   Result r = alloc_result(P);
-  const int64_t K = P.K, V = P.V, KV = K * V, HV = P.HV, G = P.HV / P.H, BT = P.B * P.T;
+  const int64_t K = P.K, V = P.V, KV = K * V, HV = P.HV, G = P.HV / P.H, BT = P.B * P.T, C = P.C;
   const Mutant mu = p.mutant;
   const bool excl = mu == Mutant::missing_alpha;
   const auto& inter = p.emulate_intermediate_dtype;
@@ -657,13 +663,17 @@ Result chunked(const Params& p, const Inputs& in) {
   std::vector<Chunk> chunks(P.NC);
   for (int64_t n = 0; n < P.Nseq; ++n) {
     const Seq& s = P.seqs[n];
-    for (int64_t c0 = 0; c0 < s.len; c0 += P.C)
-      chunks[P.chunk_off[n] + c0 / P.C] = {n, c0, std::min(P.C, s.len - c0), s.b * P.T + s.t0 + c0};
+    for (int64_t c0 = 0; c0 < s.len; c0 += C)
+      chunks[P.chunk_off[n] + c0 / C] = {n, c0, std::min(C, s.len - c0), s.b * P.T + s.t0 + c0};
   }
-  // Per (hv, token) rows, [HV, B*T, .]: w; u (overwritten by v_new in pass 2); exp(G_last - G_j).
-  // Left uninitialised (pass 1 writes every row before anything reads it).
-  const std::unique_ptr<double[]> W(new double[HV * BT * K]), U(new double[HV * BT * V]);
-  std::vector<double> dlast(HV * BT), eglast(P.NC * HV);
+  // Pass 1's products for pass 2, left uninitialised (pass 1 writes every row before pass 2 reads
+  // it, and the first touch of their pages is then spread over the threads):
+  //   W, U [HV, B*T, K / V]: w and u rows;  Kn, Qn [H, B*T, K]: the k and q rows as the forms read
+  //   them (l2-normalised when asked), contiguous per head for the products;  Mq [NC * HV, C * C]:
+  //   the chunk's masked, gated q k^T;  eG, dlast [HV, B*T]: exp(G_i) and exp(G_last - G_i).
+  const Scratch W = scratch(HV * BT * K), U = scratch(HV * BT * V);
+  const Scratch Kn = scratch(P.H * BT * K), Qn = scratch(P.H * BT * K), Mq = scratch(P.NC * HV * C * C);
+  std::vector<double> eG(HV * BT), dlast(HV * BT), eglast(P.NC * HV);
   // Rows [tok0, tok0 + L) of q or k (head h), l2-normalised when asked.
   auto qk_rows = [&](int64_t tok0, int64_t L, int64_t h, bool is_q) {
     Mat m = CMapS(&(is_q ? P.q() : P.k())[(tok0 * P.H + h) * K], L, K, Eigen::OuterStride<>(P.H * K));
@@ -681,68 +691,105 @@ Result chunked(const Params& p, const Inputs& in) {
     }
   };
 
-  // 1. Per chunk: A, T, w, u.
-#pragma omp parallel for schedule(dynamic)
-  for (int64_t job = 0; job < P.NC * HV; ++job) {
-    const Chunk& ch = chunks[job / HV];
-    const int64_t hv = job % HV, h = hv / G, L = ch.L;
-    const Mat Kc = qk_rows(ch.tok0, L, h, false);
-    const CMapS Vc(&(*P.v)[(ch.tok0 * HV + hv) * V], L, V, Eigen::OuterStride<>(HV * V));
-    Vec g, b, Gin, Gex;
-    gates(ch, hv, g, &b);
-    Mat D;
-    chunk_decays(g, D, Gin, Gex);
-    // KKt; with emulation, chunk_scaled_dot_kkt's operand beta k cast to k.dtype (beta then inside).
-    Mat KKt;
-    if (inter) {
-      Mat Kb = Kc;
-      for (int64_t i = 0; i < L; ++i) Kb.row(i) *= b(i);
-      rnd(Kb, inter);
-      KKt = Kb * Kc.transpose();
-    } else {
-      KKt = Kc * Kc.transpose();
-    }
-    // A, strictly lower.
-    Mat A = Mat::Zero(L, L);
-    for (int64_t i = 1; i < L; ++i)
-      for (int64_t j = 0; j < i; ++j) {
-        const double decay = mu == Mutant::kkt_without_decay ? 1.0 : std::exp(excl ? D(i - 1, j) : D(i, j));
-        A(i, j) = (inter ? 1.0 : b(i)) * KKt(i, j) * decay;
+  // 1. Per chunk: A, T, w, u; the intra-chunk output matrix M and the decays. Pass 1 does not
+  // touch o and chunk_states: two threads zero-fill them (std::vector's serial fill) while the
+  // others start on the chunks.
+  const size_t no = BT * HV * V, ncs = P.NC * HV * KV;
+#pragma omp parallel
+  {
+#pragma omp single nowait
+    r.o.resize(no);
+#pragma omp single nowait
+    r.chunk_states.resize(ncs);
+#pragma omp for schedule(dynamic) nowait
+    for (int64_t job = 0; job < P.NC * HV; ++job) {
+      const Chunk& ch = chunks[job / HV];
+      const int64_t hv = job % HV, h = hv / G, L = ch.L;
+      const Mat Kc = qk_rows(ch.tok0, L, h, false), Qc = qk_rows(ch.tok0, L, h, true);
+      if (hv % G == 0) {  // one value head per q/k head stores the rows pass 2 reads
+        Eigen::Map<Mat>(&Kn[(h * BT + ch.tok0) * K], L, K) = Kc;
+        Eigen::Map<Mat>(&Qn[(h * BT + ch.tok0) * K], L, K) = Qc;
       }
-    // T = (I + A)^-1 by forward substitution: row i of (T - I) = (-A)(i, :i) T(:i, :i), i.e.
-    // T(i, j) = sgn sum_{m=j..i-1} A(i, m) T(m, j), accumulated in ascending m (T(m, j) = 0 for j > m).
-    const double sgn = mu == Mutant::i_minus_a ? 1.0 : -1.0;
-    Mat Tm = Mat::Identity(L, L);
-    std::vector<double> acc(L);
-    for (int64_t i = 1; i < L; ++i) {
-      std::fill(acc.begin(), acc.begin() + i, 0.0);
-      for (int64_t m = 0; m < i; ++m) {
-        const double aim = A(i, m);
-        const double* tm = &Tm(m, 0);
-        for (int64_t j = 0; j <= m; ++j) acc[j] += aim * tm[j];
+      const CMapS Vc(&(*P.v)[(ch.tok0 * HV + hv) * V], L, V, Eigen::OuterStride<>(HV * V));
+      Vec g, b, Gin, Gex;
+      gates(ch, hv, g, &b);
+      Mat D;
+      chunk_decays(g, D, Gin, Gex);
+      // E = exp(D) on and below the diagonal, read by A (except the missing_alpha mutant's, which
+      // decays by D(i - 1, j)), by M and by the state update.
+      Mat E(L, L);
+      for (int64_t i = 0; i < L; ++i)
+        for (int64_t j = 0; j <= i; ++j) E(i, j) = std::exp(D(i, j));
+      // KKt; with emulation, chunk_scaled_dot_kkt's operand beta k cast to k.dtype (beta then inside).
+      Mat KKt;
+      if (inter) {
+        Mat Kb = Kc;
+        for (int64_t i = 0; i < L; ++i) Kb.row(i) *= b(i);
+        rnd(Kb, inter);
+        KKt = Kb * Kc.transpose();
+      } else {
+        KKt = Kc * Kc.transpose();
       }
-      for (int64_t j = 0; j < i; ++j) Tm(i, j) = sgn * acc[j];
+      // A, strictly lower.
+      Mat A = Mat::Zero(L, L);
+      for (int64_t i = 1; i < L; ++i)
+        for (int64_t j = 0; j < i; ++j) {
+          const double decay = mu == Mutant::kkt_without_decay ? 1.0 : excl ? std::exp(D(i - 1, j)) : E(i, j);
+          A(i, j) = (inter ? 1.0 : b(i)) * KKt(i, j) * decay;
+        }
+      // T = (I + A)^-1 by forward substitution: row i of (T - I) = (-A)(i, :i) T(:i, :i), i.e.
+      // T(i, j) = sgn sum_{m=j..i-1} A(i, m) T(m, j), accumulated in ascending m (T(m, j) = 0 for j > m).
+      const double sgn = mu == Mutant::i_minus_a ? 1.0 : -1.0;
+      Mat Tm = Mat::Identity(L, L);
+      std::vector<double> acc(L);
+      for (int64_t i = 1; i < L; ++i) {
+        std::fill(acc.begin(), acc.begin() + i, 0.0);
+        for (int64_t m = 0; m < i; ++m) {
+          const double aim = A(i, m);
+          const double* tm = &Tm(m, 0);
+          double* ac = acc.data();
+  #pragma omp simd
+          for (int64_t j = 0; j <= m; ++j) ac[j] += aim * tm[j];
+        }
+        for (int64_t j = 0; j < i; ++j) Tm(i, j) = sgn * acc[j];
+      }
+      rnd(Tm, inter);  // solve_tril's output stored in k.dtype
+      Mat bV = Vc, bK = Kc;
+      for (int64_t i = 0; i < L; ++i) {
+        const double eg = std::exp(excl ? Gex(i) : Gin(i));
+        bV.row(i) *= mu == Mutant::u_with_decay ? b(i) * eg : b(i);
+        bK.row(i) *= mu == Mutant::w_without_decay ? b(i) : b(i) * eg;
+      }
+      rnd(bV, inter);  // recompute_w_u casts beta v and beta e^G k to v/k.dtype before the dots with T
+      rnd(bK, inter);
+      Mat u = Tm * bV;
+      Mat w = Tm * bK;
+      rnd(u, inter);
+      rnd(w, inter);
+      Eigen::Map<Mat>(&U[(hv * BT + ch.tok0) * V], L, V) = u;
+      Eigen::Map<Mat>(&W[(hv * BT + ch.tok0) * K], L, K) = w;
+      for (int64_t j = 0; j < L; ++j) {
+        dlast[hv * BT + ch.tok0 + j] = E(L - 1, j);
+        eG[hv * BT + ch.tok0 + j] = std::exp(Gin(j));
+      }
+      eglast[job] = std::exp(Gin(L - 1));
+      // The intra-chunk output matrix: q k^T with the decay mask, diagonal included.
+      const Mat QKt = Qc * Kc.transpose();
+      Eigen::Map<Mat> M(&Mq[job * C * C], L, L);
+      M.setZero();
+      for (int64_t i = 0; i < L; ++i) {
+        const int64_t jmax = mu == Mutant::strict_output_mask ? i - 1 : i;
+        for (int64_t j = 0; j <= jmax; ++j) M(i, j) = QKt(i, j) * E(i, j);
+      }
+      if (inter) {  // chunk_fwd_o casts the masked, gated q k^T to v.dtype before its dot with v_new
+        Mat Mr = M;
+        rnd(Mr, inter);
+        M = Mr;
+      }
     }
-    rnd(Tm, inter);  // solve_tril's output stored in k.dtype
-    Mat bV = Vc, bK = Kc;
-    for (int64_t i = 0; i < L; ++i) {
-      const double eG = std::exp(excl ? Gex(i) : Gin(i));
-      bV.row(i) *= mu == Mutant::u_with_decay ? b(i) * eG : b(i);
-      bK.row(i) *= mu == Mutant::w_without_decay ? b(i) : b(i) * eG;
-    }
-    rnd(bV, inter);  // recompute_w_u casts beta v and beta e^G k to v/k.dtype before the dots with T
-    rnd(bK, inter);
-    Mat u = Tm * bV;
-    Mat w = Tm * bK;
-    rnd(u, inter);
-    rnd(w, inter);
-    Eigen::Map<Mat>(&U[(hv * BT + ch.tok0) * V], L, V) = u;
-    Eigen::Map<Mat>(&W[(hv * BT + ch.tok0) * K], L, K) = w;
-    for (int64_t j = 0; j < L; ++j) dlast[hv * BT + ch.tok0 + j] = std::exp(D(L - 1, j));
-    eglast[job] = std::exp(Gin(L - 1));
-  }
+  }  // (the region's end waits for the fills and for every chunk)
 
-  // 2. State pass per (sequence, hv, value-column block).
+  // 2. State pass and output per (sequence, hv, value-column block), sequential over the chunks.
   const bool kv = p.state_layout == StateLayout::kv;
   auto at = [&](double* base, int64_t i, int64_t j) -> double& { return kv ? base[i * V + j] : base[j * K + i]; };
   const int64_t nvb = (V + kVBlock - 1) / kVBlock;
@@ -758,55 +805,36 @@ Result chunked(const Params& p, const Inputs& in) {
     }
     for (int64_t ci = P.chunk_off[n]; ci < P.chunk_off[n + 1]; ++ci) {
       const Chunk& ch = chunks[ci];
-      const int64_t L = ch.L;
-      Mat Sh = S;  // the chunk-start state as stored (h), read by v_new and by pass 3
+      const int64_t L = ch.L, t0 = hv * BT + ch.tok0;
+      Mat Sh = S;  // the chunk-start state as stored (h), read by v_new and by the output
       rnd(Sh, p.emulate_h_dtype);
       double* cs = r.chunk_states.data() + (ci * HV + hv) * KV;
-      for (int64_t i = 0; i < K; ++i)
-        for (int64_t j = 0; j < nb; ++j) at(cs, i, j0 + j) = Sh(i, j);
-      MMapS Ub(&U[(hv * BT + ch.tok0) * V + j0], L, nb, Eigen::OuterStride<>(V));
-      const CMapS Wc(&W[(hv * BT + ch.tok0) * K], L, K, Eigen::OuterStride<>(K));
+      if (kv)
+        MMapS(cs + j0, K, nb, Eigen::OuterStride<>(V)) = Sh;
+      else
+        for (int64_t i = 0; i < K; ++i)
+          for (int64_t j = 0; j < nb; ++j) cs[(j0 + j) * K + i] = Sh(i, j);
+      const CMapS Ub(&U[t0 * V + j0], L, nb, Eigen::OuterStride<>(V));
+      const Eigen::Map<const Mat> Wc(&W[t0 * K], L, K), Qc(&Qn[(h * BT + ch.tok0) * K], L, K);
+      const Eigen::Map<const Mat> Kc(&Kn[(h * BT + ch.tok0) * K], L, K), M(&Mq[(ci * HV + hv) * C * C], L, L);
       const Mat vnew_acc = Ub - Wc * Sh;  // fp32 in the kernel (the state update reads this one)
-      Ub = vnew_acc;                      // pass 3 reads it (and rounds it as stored)
+      // Output (chunk_fwd_o): o = scale [e^G (Q h) + M v_new], v_new as stored.
+      Mat QS = Qc * Sh;
+      for (int64_t i = 0; i < L; ++i) QS.row(i) *= eG[t0 + i];
+      Mat vnew = vnew_acc;
+      rnd(vnew, inter);
+      MMapS(&r.o[(ch.tok0 * HV + hv) * V + j0], L, nb, Eigen::OuterStride<>(HV * V)) = P.scale * (QS + M * vnew);
       // State update: S <- e^{G_last} S0 + K^T (exp(D(L-1, j)) vn_j).
       Mat dV = vnew_acc;
-      for (int64_t j = 0; j < L; ++j) dV.row(j) *= dlast[hv * BT + ch.tok0 + j];
+      for (int64_t j = 0; j < L; ++j) dV.row(j) *= dlast[t0 + j];
       rnd(dV, inter);
       const bool no_decay = p.mutant == Mutant::carry_without_decay &&
                             (p.mutant_chunk < 0 || ci + 1 - P.chunk_off[n] == p.mutant_chunk);
-      S = (no_decay ? 1.0 : eglast[ci * HV + hv]) * S + qk_rows(ch.tok0, L, h, false).transpose() * dV;
+      S = (no_decay ? 1.0 : eglast[ci * HV + hv]) * S + Kc.transpose() * dV;
     }
     double* fs = r.final_state.data() + (n * HV + hv) * KV;
     for (int64_t i = 0; i < K; ++i)
       for (int64_t j = 0; j < nb; ++j) at(fs, i, j0 + j) = S(i, j);
-  }
-
-  // 3. Output per chunk: inter-chunk part e^{G_i} q_i^T S0, intra-chunk part with the decay mask
-  // (diagonal included).
-#pragma omp parallel for schedule(dynamic)
-  for (int64_t job = 0; job < P.NC * HV; ++job) {
-    const int64_t ci = job / HV, hv = job % HV, h = hv / G;
-    const Chunk& ch = chunks[ci];
-    const int64_t L = ch.L;
-    Mat Sh(K, V);  // the chunk-start state as the output reads it
-    load_state(r.chunk_states.data() + (ci * HV + hv) * KV, p.state_layout, K, V, Sh.data());  // as stored
-    Vec g, Gin, Gex;
-    gates(ch, hv, g, nullptr);
-    Mat D;
-    chunk_decays(g, D, Gin, Gex);
-    const Mat Q = qk_rows(ch.tok0, L, h, true);
-    Mat QS = Q * Sh;
-    const Mat QKt = Q * qk_rows(ch.tok0, L, h, false).transpose();
-    Mat M = Mat::Zero(L, L);
-    for (int64_t i = 0; i < L; ++i) {
-      QS.row(i) *= std::exp(Gin(i));
-      const int64_t jmax = mu == Mutant::strict_output_mask ? i - 1 : i;
-      for (int64_t j = 0; j <= jmax; ++j) M(i, j) = QKt(i, j) * std::exp(D(i, j));
-    }
-    rnd(M, inter);  // chunk_fwd_o casts the masked, gated q k^T to v.dtype before its dot with v_new
-    Mat vnew = Eigen::Map<const Mat>(&U[(hv * BT + ch.tok0) * V], L, V);  // as stored
-    rnd(vnew, inter);
-    MMapS(&r.o[(ch.tok0 * HV + hv) * V], L, V, Eigen::OuterStride<>(HV * V)) = P.scale * (QS + M * vnew);
   }
   return r;
 }

@@ -71,16 +71,21 @@ void epilogue(const Inputs& in, const Dims& d, Core& c, Core& cabs, bool gate_fi
   r.out = std::move(c.y);  // y -> out in place
   if (bounds) r.out_bound = std::move(cabs.y);
   const bool d_per_p = static_cast<int64_t>(in.D.size()) == d.H * d.P;
+  // Row by row of P elements (one integer division per row, not two per element).
+  const int64_t rows = n / d.P;
 #pragma omp parallel for schedule(static) if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t p = i % d.P, h = (i / d.P) % d.H;
-    double skip = 0;
-    if (!in.D.empty()) skip = (d_per_p ? in.D[h * d.P + p] : in.D[h]) * in.x[i];
-    double gate = 1.0;
-    if (!in.z.empty()) gate = silu(in.z[i]);
-    const double y = r.out[i];
-    r.out[i] = gate_first ? y * gate + skip : (y + skip) * gate;
-    if (bounds) r.out_bound[i] = (r.out_bound[i] + std::fabs(skip)) * std::fabs(gate);
+  for (int64_t row = 0; row < rows; ++row) {
+    const int64_t h = row % d.H;
+    for (int64_t p = 0; p < d.P; ++p) {
+      const int64_t i = row * d.P + p;
+      double skip = 0;
+      if (!in.D.empty()) skip = (d_per_p ? in.D[h * d.P + p] : in.D[h]) * in.x[i];
+      double gate = 1.0;
+      if (!in.z.empty()) gate = silu(in.z[i]);
+      const double y = r.out[i];
+      r.out[i] = gate_first ? y * gate + skip : (y + skip) * gate;
+      if (bounds) r.out_bound[i] = (r.out_bound[i] + std::fabs(skip)) * std::fabs(gate);
+    }
   }
   r.final_states = std::move(c.fin);
   r.final_states_bound = std::move(cabs.fin);
@@ -172,11 +177,13 @@ void chunked_core(const Inputs& in, const Dims& d, const std::vector<double>& de
   // GEMM on the calling thread, whose result then cannot depend on the thread count (outside a
   // region a large GEMM is split over the OpenMP pool, and its tiles' summation order with it).
   const bool par = d.B * d.T * d.H * (d.P + d.N) >= kParallelMin;  // pass 2 (no GEMM)
-  for (const ChunkSet& s : sets) {
+  for (const ChunkSet& s : sets) {  // (the zero fills of y and cs side by side, one thread each)
     Core& r = *s.r;
-    r.y = zeros_prefaulted(d.B * d.T * d.H * d.P);
+    const size_t ny = d.B * d.T * d.H * d.P, ncs = d.B * d.NC * d.H * PN;
+    reserve_prefaulted(r.y, ny);
+    reserve_prefaulted(r.cs, ncs);
+    resize_concurrently({{&r.y, ny}, {&r.cs, ncs}});
     r.fin.assign(d.B * d.H * PN, 0.0);
-    r.cs = zeros_prefaulted(d.B * d.NC * d.H * PN);
     r.vs.assign(num_seqs(in) * d.H * PN, 0.0);
   }
   auto group = [&](int64_t h) { return m == Mutant::group_mod ? h % d.G : h / hpg; };
@@ -344,7 +351,7 @@ void validate(const Params& p, const Inputs& in) {
     bool finite = true;
     const auto nv = static_cast<int64_t>(v.size());
 #pragma omp parallel for schedule(static) reduction(&& : finite) if (nv >= kParallelMin)
-    for (int64_t i = 0; i < nv; ++i) finite = finite && std::isfinite(v[i]);
+    for (int64_t i = 0; i < nv; ++i) finite &= std::isfinite(v[i]);  // (no short cut: vectorises)
     ASSAY_INPUT_CHECK(finite, "ssd: {} holds a non-finite value", what);
   };
   need(in.x, B * T * H * P, "x", false);
