@@ -71,8 +71,8 @@ constexpr int64_t kParallelMin = int64_t{1} << 16;
 bool all_finite(const std::vector<double>& x) {
   const auto n = static_cast<int64_t>(x.size());
   bool ok = true;
-#pragma omp parallel for schedule(static) reduction(&& : ok) if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i) ok &= std::isfinite(x[i]);  // (no short cut: vectorises)
+#pragma omp parallel for simd schedule(static) reduction(&& : ok) if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) ok = ok & std::isfinite(x[i]);  // (no short cut: vectorises)
   return ok;
 }
 
@@ -622,7 +622,7 @@ Result recurrent(const Params& p, const Inputs& in) {
 
 namespace {
 
-constexpr int64_t kVBlock = 32;  // value columns per state-pass work item (fixed: see above)
+constexpr int64_t kVBlock = 64;  // value columns per state-pass work item (fixed: see above)
 using CMapS = Eigen::Map<const Mat, 0, Eigen::OuterStride<>>;  // rows of a [.., H, K]-style tensor
 using MMapS = Eigen::Map<Mat, 0, Eigen::OuterStride<>>;
 
@@ -642,9 +642,11 @@ void chunk_decays(const Vec& g, Mat& D, Vec& Gin, Vec& Gex) {
 }
 
 // Calibration roundings (emulate_*: see gated_delta.h); no-ops for goldens.
-void rnd(Mat& m, const std::optional<DType>& t) {
+template <class M>
+void rnd(M& m, const std::optional<DType>& t) {
   if (t)
-    for (int64_t x = 0; x < m.size(); ++x) m.data()[x] = round_to(*t, m.data()[x]);
+    for (int64_t i = 0; i < m.rows(); ++i)
+      for (int64_t j = 0; j < m.cols(); ++j) m(i, j) = round_to(*t, m(i, j));
 }
 
 }  // namespace
@@ -762,30 +764,25 @@ Result chunked(const Params& p, const Inputs& in) {
       }
       rnd(bV, inter);  // recompute_w_u casts beta v and beta e^G k to v/k.dtype before the dots with T
       rnd(bK, inter);
-      Mat u = Tm * bV;
-      Mat w = Tm * bK;
+      Eigen::Map<Mat> u(&U[(hv * BT + ch.tok0) * V], L, V), w(&W[(hv * BT + ch.tok0) * K], L, K);
+      u.noalias() = Tm * bV;  // (straight into the scratch rows)
+      w.noalias() = Tm * bK;
       rnd(u, inter);
       rnd(w, inter);
-      Eigen::Map<Mat>(&U[(hv * BT + ch.tok0) * V], L, V) = u;
-      Eigen::Map<Mat>(&W[(hv * BT + ch.tok0) * K], L, K) = w;
       for (int64_t j = 0; j < L; ++j) {
         dlast[hv * BT + ch.tok0 + j] = E(L - 1, j);
         eG[hv * BT + ch.tok0 + j] = std::exp(Gin(j));
       }
       eglast[job] = std::exp(Gin(L - 1));
       // The intra-chunk output matrix: q k^T with the decay mask, diagonal included.
-      const Mat QKt = Qc * Kc.transpose();
       Eigen::Map<Mat> M(&Mq[job * C * C], L, L);
-      M.setZero();
+      M.noalias() = Qc * Kc.transpose();
       for (int64_t i = 0; i < L; ++i) {
         const int64_t jmax = mu == Mutant::strict_output_mask ? i - 1 : i;
-        for (int64_t j = 0; j <= jmax; ++j) M(i, j) = QKt(i, j) * E(i, j);
+        for (int64_t j = 0; j <= jmax; ++j) M(i, j) *= E(i, j);
+        for (int64_t j = std::max<int64_t>(jmax + 1, 0); j < L; ++j) M(i, j) = 0.0;
       }
-      if (inter) {  // chunk_fwd_o casts the masked, gated q k^T to v.dtype before its dot with v_new
-        Mat Mr = M;
-        rnd(Mr, inter);
-        M = Mr;
-      }
+      rnd(M, inter);  // chunk_fwd_o casts the masked, gated q k^T to v.dtype before its dot with v_new
     }
   }  // (the region's end waits for the fills and for every chunk)
 
@@ -806,8 +803,14 @@ Result chunked(const Params& p, const Inputs& in) {
     for (int64_t ci = P.chunk_off[n]; ci < P.chunk_off[n + 1]; ++ci) {
       const Chunk& ch = chunks[ci];
       const int64_t L = ch.L, t0 = hv * BT + ch.tok0;
-      Mat Sh = S;  // the chunk-start state as stored (h), read by v_new and by the output
-      rnd(Sh, p.emulate_h_dtype);
+      // The chunk-start state as stored (h), read by v_new and by the output (a rounded copy only
+      // when emulating h's dtype).
+      Mat Sr;
+      if (p.emulate_h_dtype) {
+        Sr = S;
+        rnd(Sr, p.emulate_h_dtype);
+      }
+      const Mat& Sh = p.emulate_h_dtype ? Sr : S;
       double* cs = r.chunk_states.data() + (ci * HV + hv) * KV;
       if (kv)
         MMapS(cs + j0, K, nb, Eigen::OuterStride<>(V)) = Sh;
@@ -821,8 +824,12 @@ Result chunked(const Params& p, const Inputs& in) {
       // Output (chunk_fwd_o): o = scale [e^G (Q h) + M v_new], v_new as stored.
       Mat QS = Qc * Sh;
       for (int64_t i = 0; i < L; ++i) QS.row(i) *= eG[t0 + i];
-      Mat vnew = vnew_acc;
-      rnd(vnew, inter);
+      Mat vr;
+      if (inter) {
+        vr = vnew_acc;
+        rnd(vr, inter);
+      }
+      const Mat& vnew = inter ? vr : vnew_acc;
       MMapS(&r.o[(ch.tok0 * HV + hv) * V + j0], L, nb, Eigen::OuterStride<>(HV * V)) = P.scale * (QS + M * vnew);
       // State update: S <- e^{G_last} S0 + K^T (exp(D(L-1, j)) vn_j).
       Mat dV = vnew_acc;

@@ -162,10 +162,12 @@ struct ChunkSet {
 // number of threads (each work item writes only its own slice):
 //   1. chunk (parallel over (b, h, c), _bmm_chunk_fwd + the diagonal block of _chunk_scan_fwd +
 //      _chunk_state_fwd): CB, Y_diag = (exp(seg) o CB o mask o Delta_s) X, the chunk-local end
-//      state st_c = X^T diag(w) B (stored in the chunk-state slot c+1, or fin for the last
-//      chunk), the carry factor of chunk c and the state-to-output scale of every token;
+//      state st_c = X^T diag(w) B (in scratch: the zero fill of the chunk states, one thread's
+//      serial work, runs next to this pass), the carry factor of chunk c and the state-to-output
+//      scale of every token;
 //   2. state passing (parallel over (b, h, row p of the state), sequential over c,
-//      _state_passing_fwd): S_start_{c+1} = carry_c S_start_c + st_c, in place;
+//      _state_passing_fwd): S_start_{c+1} = carry_c S_start_c + st_c (slot c+1, or fin for the
+//      last chunk);
 //   3. state to output (parallel over (b, h, c), the off-diagonal part of _chunk_scan_fwd):
 //      Y[l] += sc_l (C_l . S_start_c);
 //   4. varlen_states (parallel over (sequence, h), chunk_state_varlen).
@@ -177,15 +179,18 @@ void chunked_core(const Inputs& in, const Dims& d, const std::vector<double>& de
   // GEMM on the calling thread, whose result then cannot depend on the thread count (outside a
   // region a large GEMM is split over the OpenMP pool, and its tiles' summation order with it).
   const bool par = d.B * d.T * d.H * (d.P + d.N) >= kParallelMin;  // pass 2 (no GEMM)
-  for (const ChunkSet& s : sets) {  // (the zero fills of y and cs side by side, one thread each)
+  const size_t ny = d.B * d.T * d.H * d.P, ncs = d.B * d.NC * d.H * PN;
+  std::vector<Scratch> st;  // per set, [B, NC, H, P, N]: st_c of every chunk (pass 1 writes all)
+  for (const ChunkSet& s : sets) {
     Core& r = *s.r;
-    const size_t ny = d.B * d.T * d.H * d.P, ncs = d.B * d.NC * d.H * PN;
     reserve_prefaulted(r.y, ny);
     reserve_prefaulted(r.cs, ncs);
-    resize_concurrently({{&r.y, ny}, {&r.cs, ncs}});
     r.fin.assign(d.B * d.H * PN, 0.0);
     r.vs.assign(num_seqs(in) * d.H * PN, 0.0);
+    st.push_back(scratch(ncs));
   }
+  if (sets.size() == 1) resize_concurrently({{&sets[0].r->y, ny}});  // (pass 1 writes y)
+  else resize_concurrently({{&sets[0].r->y, ny}, {&sets[1].r->y, ny}});
   auto group = [&](int64_t h) { return m == Mutant::group_mod ? h % d.G : h / hpg; };
   auto seq = [&](int64_t b, int64_t t) { return use_seq ? in.seq_idx[b * d.T + t] : int64_t{0}; };
   // The kernels' running id before chunk c: the id of the last token of chunk c-1 (0 for c = 0).
@@ -194,82 +199,92 @@ void chunked_core(const Inputs& in, const Dims& d, const std::vector<double>& de
   auto cs_at = [&](Core& r, int64_t b, int64_t c, int64_t h) {
     return &r.cs[((b * d.NC + c) * d.H + h) * PN];
   };
-  auto st_at = [&](Core& r, int64_t b, int64_t c, int64_t h) {
+  auto next_at = [&](Core& r, int64_t b, int64_t c, int64_t h) {  // where S_start_{c+1} goes
     return c + 1 < d.NC ? cs_at(r, b, c + 1, h) : &r.fin[(b * d.H + h) * PN];
   };
   std::vector<double> carry(d.B * d.H * d.NC);  // [B, H, NC]: S_start_{c+1} = carry S_start_c + st_c
   std::vector<double> off_scale(d.B * d.T * d.H);  // [B, T, H]: the Y_off factor of each token
 
-  // 1. Per chunk: Y_diag, st_c, carry_c, off_scale.
-#pragma omp parallel for schedule(dynamic)
-  for (int64_t it = 0; it < items; ++it) {
-    const int64_t c = it % d.NC, bh = it / d.NC, b = bh / d.H, h = bh % d.H, g = group(h);
-    const int64_t t0 = c * d.Q, Qc = std::min(d.Q, d.T - t0);
-    const double A = in.A[h];
-    std::vector<double> a(Qc), dl(Qc), acum(Qc);
-    for (int64_t l = 0; l < Qc; ++l) {
-      dl[l] = delta[(b * d.T + t0 + l) * d.H + h];
-      a[l] = dl[l] * A;
+  // 1. Per chunk: Y_diag, st_c, carry_c, off_scale; one thread each zero-fills a set's cs first.
+#pragma omp parallel
+  {
+    for (const ChunkSet& s : sets) {
+#pragma omp single nowait
+      s.r->cs.resize(ncs);
     }
-    // seg(l, s) = sum_{k=s+1..l} a_k and acum_l (ssd_chunk_math.h).
-    RowMat seg;
-    detail::segment_sums(a, seg, acum);
-    // The decay mask exp(seg) o mask_{s<=l, same seq}, shared by both sets.
-    RowMat E = RowMat::Zero(Qc, Qc);
-    if (m != Mutant::no_intra_chunk)
-      for (int64_t l = 0; l < Qc; ++l)
-        for (int64_t s = 0; s < (m == Mutant::strict_intra_mask ? l : l + 1); ++s)
-          if (seq(b, t0 + l) == seq(b, t0 + s)) E(l, s) = std::exp(seg(l, s));
-    // Weights of the chunk-local end state of the chunk's last sequence.
-    const int64_t seq_end = seq(b, t0 + Qc - 1), seq_end_prev = seq_before(b, c);
-    Eigen::VectorXd w(Qc);
-    for (int64_t s = 0; s < Qc; ++s)
-      w[s] = seq(b, t0 + s) == seq_end ? std::exp(seg(Qc - 1, s)) * dl[s] : 0.0;
-    for (const ChunkSet& cs : sets) {
-      const CMap X(&(*cs.x)[((b * d.T + t0) * d.H + h) * d.P], Qc, d.P, Eigen::OuterStride<>(d.H * d.P));
-      const CMap Bc(&(*cs.Bm)[((b * d.T + t0) * d.G + g) * d.N], Qc, d.N, Eigen::OuterStride<>(d.G * d.N));
-      detail::MMap Y(&cs.r->y[((b * d.T + t0) * d.H + h) * d.P], Qc, d.P, Eigen::OuterStride<>(d.H * d.P));
-      // Intra-chunk (diagonal block), causal with the diagonal.
-      if (m != Mutant::no_intra_chunk) {
-        const CMap Cc(&(*cs.Cm)[((b * d.T + t0) * d.G + g) * d.N], Qc, d.N, Eigen::OuterStride<>(d.G * d.N));
-        const RowMat CB = Cc * Bc.transpose();
-        RowMat L = RowMat::Zero(Qc, Qc);
+#pragma omp for schedule(dynamic) nowait
+    for (int64_t it = 0; it < items; ++it) {
+      const int64_t c = it % d.NC, bh = it / d.NC, b = bh / d.H, h = bh % d.H, g = group(h);
+      const int64_t t0 = c * d.Q, Qc = std::min(d.Q, d.T - t0);
+      const double A = in.A[h];
+      std::vector<double> a(Qc), dl(Qc), acum(Qc);
+      for (int64_t l = 0; l < Qc; ++l) {
+        dl[l] = delta[(b * d.T + t0 + l) * d.H + h];
+        a[l] = dl[l] * A;
+      }
+      // seg(l, s) = sum_{k=s+1..l} a_k and acum_l (ssd_chunk_math.h).
+      RowMat seg;
+      detail::segment_sums(a, seg, acum);
+      // The decay mask exp(seg) o mask_{s<=l, same seq}, shared by both sets.
+      RowMat E = RowMat::Zero(Qc, Qc);
+      if (m != Mutant::no_intra_chunk)
         for (int64_t l = 0; l < Qc; ++l)
-          for (int64_t s = 0; s <= l; ++s)
-            if (E(l, s) != 0.0) L(l, s) = E(l, s) * CB(l, s) * dl[s];
-        Y.noalias() = L * X;
-      }  // else Y stays 0 (no_intra_chunk)
-      // Chunk-local end state st_c = X^T diag(w) B, (P, N).
-      const RowMat Xw = w.asDiagonal() * X;
-      Eigen::Map<RowMat>(st_at(*cs.r, b, c, h), d.P, d.N).noalias() = Xw.transpose() * Bc;
+          for (int64_t s = 0; s < (m == Mutant::strict_intra_mask ? l : l + 1); ++s)
+            if (seq(b, t0 + l) == seq(b, t0 + s)) E(l, s) = std::exp(seg(l, s));
+      // Weights of the chunk-local end state of the chunk's last sequence.
+      const int64_t seq_end = seq(b, t0 + Qc - 1), seq_end_prev = seq_before(b, c);
+      Eigen::VectorXd w(Qc);
+      for (int64_t s = 0; s < Qc; ++s)
+        w[s] = seq(b, t0 + s) == seq_end ? std::exp(seg(Qc - 1, s)) * dl[s] : 0.0;
+      for (size_t si = 0; si < sets.size(); ++si) {
+        const ChunkSet& cs = sets[si];
+        const CMap X(&(*cs.x)[((b * d.T + t0) * d.H + h) * d.P], Qc, d.P, Eigen::OuterStride<>(d.H * d.P));
+        const CMap Bc(&(*cs.Bm)[((b * d.T + t0) * d.G + g) * d.N], Qc, d.N, Eigen::OuterStride<>(d.G * d.N));
+        detail::MMap Y(&cs.r->y[((b * d.T + t0) * d.H + h) * d.P], Qc, d.P, Eigen::OuterStride<>(d.H * d.P));
+        // Intra-chunk (diagonal block), causal with the diagonal.
+        if (m != Mutant::no_intra_chunk) {
+          const CMap Cc(&(*cs.Cm)[((b * d.T + t0) * d.G + g) * d.N], Qc, d.N, Eigen::OuterStride<>(d.G * d.N));
+          const RowMat CB = Cc * Bc.transpose();
+          RowMat L = RowMat::Zero(Qc, Qc);
+          for (int64_t l = 0; l < Qc; ++l)
+            for (int64_t s = 0; s <= l; ++s)
+              if (E(l, s) != 0.0) L(l, s) = E(l, s) * CB(l, s) * dl[s];
+          Y.noalias() = L * X;
+        }  // else Y stays 0 (no_intra_chunk)
+        // Chunk-local end state st_c = X^T diag(w) B, (P, N).
+        const RowMat Xw = w.asDiagonal() * X;
+        Eigen::Map<RowMat>(&st[si][((b * d.NC + c) * d.H + h) * PN], d.P, d.N).noalias() = Xw.transpose() * Bc;
+      }
+      // State passing factor of this chunk.
+      double cf = seq_end == seq_end_prev ? std::exp(acum[Qc - 1]) : 0.0;
+      if (m == Mutant::state_passing_no_decay && (mutant_chunk < 0 || c + 1 == mutant_chunk))
+        cf = seq_end == seq_end_prev ? 1.0 : 0.0;
+      if (m == Mutant::no_state_passing) cf = 0.0;
+      carry[bh * d.NC + c] = cf;
+      // State-to-output scale, own step's decay included (Acum inclusive).
+      for (int64_t l = 0; l < Qc; ++l)
+        off_scale[(b * d.T + t0 + l) * d.H + h] =
+            seq(b, t0 + l) == seq_end_prev
+                ? std::exp(m == Mutant::off_exclusive_decay ? acum[l] - a[l] : acum[l])
+                : 0.0;
     }
-    // State passing factor of this chunk.
-    double cf = seq_end == seq_end_prev ? std::exp(acum[Qc - 1]) : 0.0;
-    if (m == Mutant::state_passing_no_decay && (mutant_chunk < 0 || c + 1 == mutant_chunk))
-      cf = seq_end == seq_end_prev ? 1.0 : 0.0;
-    if (m == Mutant::no_state_passing) cf = 0.0;
-    carry[bh * d.NC + c] = cf;
-    // State-to-output scale, own step's decay included (Acum inclusive).
-    for (int64_t l = 0; l < Qc; ++l)
-      off_scale[(b * d.T + t0 + l) * d.H + h] =
-          seq(b, t0 + l) == seq_end_prev
-              ? std::exp(m == Mutant::off_exclusive_decay ? acum[l] - a[l] : acum[l])
-              : 0.0;
-  }
+  }  // (the region's end waits for the fills and for every chunk)
 
   // 2. State passing, elementwise along c (each element of the state is its own scan).
 #pragma omp parallel for schedule(static) if (par)
   for (int64_t it = 0; it < d.B * d.H * d.P; ++it) {
     const int64_t bh = it / d.P, b = bh / d.H, h = bh % d.H, p = it % d.P;
-    for (const ChunkSet& cs : sets) {
+    for (size_t si = 0; si < sets.size(); ++si) {
+      const ChunkSet& cs = sets[si];
       Core& r = *cs.r;
       double* S0 = cs_at(r, b, 0, h) + p * d.N;
       if (!cs.h0->empty()) std::copy_n(&(*cs.h0)[bh * PN + p * d.N], d.N, S0);
       for (int64_t c = 0; c < d.NC; ++c) {
         const double* S = cs_at(r, b, c, h) + p * d.N;
-        double* next = st_at(r, b, c, h) + p * d.N;  // holds st_c
+        const double* stc = &st[si][((b * d.NC + c) * d.H + h) * PN + p * d.N];
+        double* next = next_at(r, b, c, h) + p * d.N;
         const double cf = carry[bh * d.NC + c];
-        for (int64_t n = 0; n < d.N; ++n) next[n] = cf * S[n] + next[n];
+        for (int64_t n = 0; n < d.N; ++n) next[n] = cf * S[n] + stc[n];
       }
     }
   }
@@ -350,8 +365,8 @@ void validate(const Params& p, const Inputs& in) {
                       optional ? " or none" : "");
     bool finite = true;
     const auto nv = static_cast<int64_t>(v.size());
-#pragma omp parallel for schedule(static) reduction(&& : finite) if (nv >= kParallelMin)
-    for (int64_t i = 0; i < nv; ++i) finite &= std::isfinite(v[i]);  // (no short cut: vectorises)
+#pragma omp parallel for simd schedule(static) reduction(&& : finite) if (nv >= kParallelMin)
+    for (int64_t i = 0; i < nv; ++i) finite = finite & std::isfinite(v[i]);  // (no short cut: vectorises)
     ASSAY_INPUT_CHECK(finite, "ssd: {} holds a non-finite value", what);
   };
   need(in.x, B * T * H * P, "x", false);
@@ -399,8 +414,10 @@ void validate(const Params& p, const Inputs& in) {
 
 std::vector<double> process_dt(const Params& p, const Inputs& in, bool clamp) {
   std::vector<double> out(in.dt.size());
-  for (size_t i = 0; i < in.dt.size(); ++i) {
-    const int64_t h = static_cast<int64_t>(i) % in.nheads;
+  const auto n = static_cast<int64_t>(in.dt.size());
+#pragma omp parallel for schedule(static) if (n >= kParallelMin / 16)
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t h = i % in.nheads;
     double v = in.dt[i];
     if (!in.dt_bias.empty()) v += in.dt_bias[h];
     if (p.dt_softplus && v <= 20.0) v = std::log1p(std::exp(v));
