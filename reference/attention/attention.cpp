@@ -5,6 +5,7 @@
 #include "reference/attention/attention.h"
 #include "reference/attention/attention_layout.h"
 #include "reference/core/check.h"
+#include "reference/core/prefault.h"
 
 namespace assay::attention {
 
@@ -149,7 +150,7 @@ Combined combine_splits(const Params& p, int64_t num_splits, const std::vector<d
                         static_cast<int64_t>(lse_partial.size()) == num_splits * lsz,
                     "attention: combine_splits: partial sizes do not match");
   Combined r;
-  r.o.assign(osz, 0.0);
+  r.o = zeros_prefaulted(osz);  // pages faulted in by all threads (prefault.h)
   r.lse.assign(lsz, -std::numeric_limits<double>::infinity());
   const double ninf = -std::numeric_limits<double>::infinity();
 #pragma omp parallel for collapse(2) schedule(static)

@@ -10,10 +10,12 @@
 //       Backward from the full P and dP rows with Delta = rowsum(P o dP) (scalar loops, one row at a
 //       time, parallel over KV heads).
 //   (b) online         (attention_online.cpp): the kernel algorithm. Query tiles of tile_m rows,
-//       KV tiles of tile_n keys (strided views into k / v, gathered through the page table where a
-//       tile crosses a page), tile skipping from per-row visible key ranges, running row max,
-//       running row sum and O rescale per tile (Eigen GEMMs, i.e. BLAS), the sink folded in at
-//       finalize; optionally split-KV partials (O_i, LSE_i) and their LSE-weighted combine. Its exp
+//       KV tiles of tile_n keys (packed once per call through the page table, like the tiles a TMA
+//       load brings to shared memory), tile skipping from per-row visible key ranges, running row
+//       max, running row sum and O rescale per tile, the two products per tile as FMA register-tile
+//       kernels (attention_tiles.h: one fused multiply-add chain per element, the same bits on
+//       every ISA), the sink folded in at finalize; optionally split-KV partials (O_i, LSE_i) and
+//       their LSE-weighted combine. Its exp
 //       is its own vectorised one (within 1 ulp of glibc's), so the forms share no exp. Parallel
 //       over (batch, head, query tile). Backward FA2-style: preprocess Delta = rowsum(dO o O), then
 //       KV-tile-outer loops that recompute P = exp(S - LSE) from the stored LSE.

@@ -8,14 +8,19 @@
 // Backward: FA2 structure. Preprocess Delta_i = <dO_i, O_i> - dLSE_i; KV-tile-outer loop that
 // recomputes P = exp(S - LSE) from the stored LSE, accumulates dK, dV per tile and dQ per row.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
+#include <optional>
+#include <utility>
 
 #include <Eigen/Dense>
 
 #include "reference/attention/attention.h"
 #include "reference/attention/attention_layout.h"
+#include "reference/attention/attention_tiles.h"
 #include "reference/core/check.h"
+#include "reference/core/prefault.h"
 
 namespace assay::attention {
 namespace {
@@ -35,76 +40,53 @@ struct Bounds {
   }
 };
 
-// exp(x[c] - m) for c in [0, n) into y[0, n), and their sum in a fixed order (eight
-// lanes, combined pairwise), so the result does not depend on the ISA the clone runs on nor on the
-// thread count. Every lane does the same IEEE operations (no FMA contraction: -ffp-contract=off),
-// so the AVX-512 / AVX2 / SSE2 clones give identical bits (checked on 2^20 arguments).
-// exp: Cody-Waite reduction x = k ln2 + r (|r| <= ln2 / 2, ln2 split in fdlibm's hi / lo, k ln2hi
-// exact), Taylor polynomial to degree 13, Horner (truncation < 6e-18 relative), 2^k applied as
-// two exact power-of-two factors (subnormal results round once, at the second). Arguments are
-// <= 0 here; -inf (and anything below -746) gives exactly 0. Within 1 ulp of glibc's exp on [-746, 0]
-// (checked against it on 2^20 points incl. the subnormal range); the definitional form uses
-// std::exp, so the two forms do not share an exp implementation.
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define ASSAY_ATTN_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define ASSAY_ATTN_CLONES
-#endif
-typedef double v8d __attribute__((vector_size(64)));
-typedef int64_t v8i __attribute__((vector_size(64)));
-typedef uint64_t v8u __attribute__((vector_size(64)));
-
-ASSAY_ATTN_CLONES
-double exp_row_sum(const double* x, double m, double* y, int64_t n) {
-  const double shifter = 0x1.8p52;
-  const v8d vshift = v8d{} + shifter, vlo = v8d{} - 746.0;
-  const v8i vi = (v8i)vshift;
-  v8d acc = v8d{};
-  for (int64_t c0 = 0; c0 < n; c0 += 16) {  // two independent vectors per step (the tail padded
-    v8d a[2], e[2];                          // with -inf, whose exp is exactly 0)
-    const int64_t cn = std::min<int64_t>(16, n - c0);
-    if (cn == 16) {
-      __builtin_memcpy(a, x + c0, sizeof a);
-    } else {
-      for (int64_t c = 0; c < 16; ++c) a[c / 8][c % 8] = c < cn ? x[c0 + c] : kNegInf;
-    }
-    for (int u = 0; u < 2; ++u) {
-      v8d z = a[u] - m;
-      z = z < vlo ? vlo : z;  // -inf (masked) and underflow: exp rounds to +0 below
-      const v8d t = z * 1.4426950408889634 + shifter;
-      const v8d kd = t - vshift;
-      const v8i ki = (v8i)t - vi;
-      const v8d r = (z - kd * 6.93147180369123816490e-01) - kd * 1.90821492927058770002e-10;
-      v8d p = r * (1.0 / 6227020800.0) + (1.0 / 479001600.0);  // sum_{n <= 13} r^n / n!, Horner
-      p = p * r + (1.0 / 39916800.0);
-      p = p * r + (1.0 / 3628800.0);
-      p = p * r + (1.0 / 362880.0);
-      p = p * r + (1.0 / 40320.0);
-      p = p * r + (1.0 / 5040.0);
-      p = p * r + (1.0 / 720.0);
-      p = p * r + (1.0 / 120.0);
-      p = p * r + (1.0 / 24.0);
-      p = p * r + (1.0 / 6.0);
-      p = p * r + 0.5;
-      p = p * r + 1.0;
-      p = p * r + 1.0;
-      const v8i k1 = (v8i)((v8u)(ki + 2048) >> 1) - 1024;  // floor(k / 2) without an arithmetic shift
-      const v8i k2 = ki - k1;
-      e[u] = (p * (v8d)((k1 + 1023) << 52)) * (v8d)((k2 + 1023) << 52);
-    }
-    acc = acc + e[0];
-    acc = acc + e[1];
-    if (cn == 16) {
-      __builtin_memcpy(y + c0, e, sizeof e);
-    } else {
-      for (int64_t c = 0; c < cn; ++c) y[c0 + c] = e[c / 8][c % 8];
-    }
-  }
-  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-}
-
 // Row-major views of Q, K, V rows with a row stride (the rows of one head inside [.., H, D]).
 using CMap = Eigen::Map<const Mat, 0, Eigen::OuterStride<>>;
+
+// The KV tiles of every (sequence, KV head), packed once per call for the tile kernels
+// (attention_tiles.h): K as panels of 8 keys [npan, D, 8], V as tile_n rows of Dvp (Dv rounded up
+// to 8) columns; keys past the tile or past sk and columns past Dv are zero (the zero rows are what
+// a zero-filling TMA load gives, which the tail_unmasked mutant reads).
+struct PackedKV {
+  int64_t npan = 0, Dvp = 0, ps = 0, ldv = 0;  // panels per tile, padded Dv, panel / V row strides
+  int64_t ksz = 0, vsz = 0;                      // doubles per K / V tile
+  std::vector<int64_t> first;                    // first tile of (b, hk): first[b * Hkv + hk]
+  Scratch k, v;
+  int64_t Hkv = 0;
+
+  PackedKV(const detail::Layout& L, const Params& p, const std::vector<double>& kin, const std::vector<double>& vin) {
+    Hkv = L.Hkv, npan = (p.tile_n + 7) / 8, Dvp = (L.Dv + 7) / 8 * 8;
+    ps = 8 * L.D + 8, ldv = Dvp + 8;  // one line of padding (attention_tiles.h)
+    ksz = npan * ps, vsz = p.tile_n * ldv;
+    first.assign(L.B * L.Hkv + 1, 0);
+    std::vector<std::array<int64_t, 3>> tiles;  // (b, hk, n)
+    for (int64_t b = 0; b < L.B; ++b)
+      for (int64_t hk = 0; hk < L.Hkv; ++hk) {
+        const int64_t nt = (L.sk[b] + p.tile_n - 1) / p.tile_n;
+        first[b * L.Hkv + hk + 1] = first[b * L.Hkv + hk] + nt;
+        for (int64_t n = 0; n < nt; ++n) tiles.push_back({b, hk, n});
+      }
+    const auto nt = static_cast<int64_t>(tiles.size());
+    k = scratch(std::max<int64_t>(1, nt * ksz)), v = scratch(std::max<int64_t>(1, nt * vsz));
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < nt; ++t) {
+      const auto [b, hk, n] = tiles[t];
+      double* kp = k.get() + t * ksz;
+      double* vp = v.get() + t * vsz;
+      for (int64_t c = 0; c < npan * 8; ++c) {
+        const int64_t j = n * p.tile_n + c;
+        const bool real = c < p.tile_n && j < L.sk[b];
+        const double* kr = real ? kin.data() + (L.key_row(b, j) * L.Hkv + hk) * L.D : nullptr;
+        for (int64_t d = 0; d < L.D; ++d) kp[(c / 8) * ps + d * 8 + c % 8] = real ? kr[d] : 0.0;
+        if (c >= p.tile_n) continue;
+        const double* vr = real ? vin.data() + (L.key_row(b, j) * L.Hkv + hk) * L.Dv : nullptr;
+        for (int64_t e = 0; e < ldv; ++e) vp[c * ldv + e] = real && e < L.Dv ? vr[e] : 0.0;
+      }
+    }
+  }
+  const double* k_tile(int64_t b, int64_t hk, int64_t n) const { return k.get() + (first[b * Hkv + hk] + n) * ksz; }
+  const double* v_tile(int64_t b, int64_t hk, int64_t n) const { return v.get() + (first[b * Hkv + hk] + n) * vsz; }
+};
 
 struct Engine {
   const Params& p;
@@ -154,137 +136,208 @@ struct Engine {
     return CMap(q.data() + (L.q_row(b, i0) * L.Hq + h) * L.D, tm, L.D, Eigen::OuterStride<>(L.Hq * L.D));
   }
 
-  // Scaled, softcapped, masked scores of rows [i0, i0 + tm) against tile [j0, j0 + jn); tp gets
-  // tanh' (softcap only). lo / hi are the rows' visible ranges.
+  // Softcap and mask, in place, on scaled scores s (rows x jn, rows lds apart) of rows against tile
+  // [j0, j0 + jn); tp (rows tp_ld apart) gets tanh' (softcap only). lo / hi are the rows' visible
+  // ranges.
+  void softcap_mask(double* s, int64_t lds, int64_t rows, int64_t jn, int64_t j0, const std::vector<int64_t>& lo,
+                    const std::vector<int64_t>& hi, int64_t sk, double* tp, int64_t tp_ld) const {
+    if (p.softcap > 0)
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < jn; ++c) {
+          const double t = std::tanh(s[r * lds + c] / p.softcap);
+          s[r * lds + c] = p.softcap * t;
+          if (tp) tp[r * tp_ld + c] = 1 - t * t;
+        }
+    for (int64_t r = 0; r < rows; ++r) {
+      int64_t h = hi[r];
+      if (p.mutant == Mutant::tail_unmasked && h == sk - 1) h = j0 + jn - 1;  // keys past sk kept
+      if (lo[r] <= j0 && h >= j0 + jn - 1) continue;                          // interior tile row
+      for (int64_t c = 0; c < jn; ++c)
+        if (j0 + c < lo[r] || j0 + c > h) s[r * lds + c] = kNegInf;
+    }
+  }
+
+  // Scaled, softcapped, masked scores of rows [i0, i0 + tm) against tile [j0, j0 + jn) (the
+  // backward's, with Eigen products); tp gets tanh' (softcap only).
   template <class QM, class KM>
   void scores(const QM& Qb, const KM& Kt, int64_t j0, const std::vector<int64_t>& lo,
               const std::vector<int64_t>& hi, int64_t sk, Mat& S, Mat* tp) const {
     S.resize(Qb.rows(), Kt.rows());
     S.noalias() = Qb * Kt.transpose();
     S *= L.scale;
-    if (p.softcap > 0) {
-      if (tp) tp->resize(S.rows(), S.cols());
-      for (int64_t r = 0; r < S.rows(); ++r)
-        for (int64_t c = 0; c < S.cols(); ++c) {
-          const double t = std::tanh(S(r, c) / p.softcap);
-          S(r, c) = p.softcap * t;
-          if (tp) (*tp)(r, c) = 1 - t * t;
-        }
-    }
-    const int64_t jn = S.cols();
-    for (int64_t r = 0; r < S.rows(); ++r) {
-      int64_t h = hi[r];
-      if (p.mutant == Mutant::tail_unmasked && h == sk - 1) h = j0 + jn - 1;  // keys past sk kept
-      if (lo[r] <= j0 && h >= j0 + jn - 1) continue;                          // interior tile row
-      for (int64_t c = 0; c < jn; ++c)
-        if (j0 + c < lo[r] || j0 + c > h) S(r, c) = kNegInf;
-    }
+    if (tp && p.softcap > 0) tp->resize(S.rows(), S.cols());
+    softcap_mask(S.data(), S.cols(), S.rows(), S.cols(), j0, lo, hi, sk, tp && p.softcap > 0 ? tp->data() : nullptr,
+                 S.cols());
   }
 
-  // One query tile against KV tiles [t0, t1): writes O rows and LSE values through the callbacks'
-  // pointers. fold_sink: apply the sink at finalize (unsplit pass and split 0).
-  // omag / lmag (both or neither): the o_mag / lse_mag magnitudes (attention.h) of this pass's
-  // keys, accumulated alongside with the same online rescaling (the split partials' bounds).
-  void run_tile(int64_t b, int64_t h, int64_t i0, int64_t tm, int64_t t0, int64_t t1, bool fold_sink,
-                double* o, double* lse, double* omag = nullptr, double* lmag = nullptr) const {
-    const int64_t sq = L.sq[b], sk = L.sk[b], hk = kv_head(h);
-    const CMap Qb = q_tile(b, h, i0, tm);
-    thread_local Mat Kt, Vt, S, P, Acc, AccA, A, Tp;
-    const bool mag = omag != nullptr;
-    Acc.setZero(tm, L.Dv);
-    std::vector<double> cacc(mag ? tm : 0, 0.0);  // sum_j P_ij c_ij (rescaled like l)
-    if (mag) AccA.setZero(tm, L.Dv);
-    std::vector<int64_t> lo(tm), hi(tm);
+  // One query tile's online-softmax state across KV tiles: begin, step per KV tile in [nb, ne)
+  // ascending, finish. The two products per KV tile run on the packed tiles pk
+  // (attention_tiles.h); the magnitudes' products (split partials only) are Eigen products on the
+  // tile's views.
+  struct TileRun {
+    int64_t b = 0, h = 0, i0 = 0, tm = 0, hk = 0, nb = 0, ne = 0;
+    bool mag = false;
+    std::vector<int64_t> lo, hi;
+    std::vector<double> m, l, cacc, acc;  // row max, row sum, sum_j P_ij c_ij, O accumulator
+    Mat acc_mag;
+  };
+
+  // Row strides of the S / P tiles and of the O accumulator, padded (attention_tiles.h).
+  static int64_t ld_s(const PackedKV& pk) { return pk.npan * 8 + 8; }
+  static int64_t ld_acc(const PackedKV& pk) { return pk.Dvp + 8; }
+
+  // Starts query tile rows [i0, i0 + tm) of head h against KV tiles [t0, t1). mag: also the
+  // o_mag / lse_mag magnitudes (attention.h) of this pass's keys, accumulated alongside with the
+  // same online rescaling (the split partials' bounds).
+  void begin(const PackedKV& pk, TileRun& T, int64_t b, int64_t h, int64_t i0, int64_t tm, int64_t t0, int64_t t1,
+             bool mag) const {
+    const int64_t sq = L.sq[b], sk = L.sk[b];
+    T.b = b, T.h = h, T.i0 = i0, T.tm = tm, T.hk = kv_head(h), T.mag = mag;
+    T.acc.assign(tm * ld_acc(pk), 0.0);
+    T.cacc.assign(mag ? tm : 0, 0.0);
+    if (mag) T.acc_mag.setZero(tm, L.Dv);
+    T.lo.resize(tm), T.hi.resize(tm);
     int64_t n_min = std::numeric_limits<int64_t>::max(), n_max = 0;
     for (int64_t r = 0; r < tm; ++r) {
-      bounds.range(i0 + r, sq, sk, lo[r], hi[r]);
-      if (lo[r] <= hi[r]) n_min = std::min(n_min, lo[r] / p.tile_n), n_max = std::max(n_max, hi[r] / p.tile_n + 1);
+      bounds.range(i0 + r, sq, sk, T.lo[r], T.hi[r]);
+      if (T.lo[r] <= T.hi[r])
+        n_min = std::min(n_min, T.lo[r] / p.tile_n), n_max = std::max(n_max, T.hi[r] / p.tile_n + 1);
     }
     if (p.mutant == Mutant::tail_unmasked && n_max > 0)
       n_max = std::max(n_max, (sk + p.tile_n - 1) / p.tile_n);
-    int64_t nb = std::max(t0, n_min), ne = std::min(t1, n_max);
-    if (p.mutant == Mutant::first_kv_tile_only) ne = std::min(ne, nb + 1);
+    T.nb = std::max(t0, n_min), T.ne = std::min(t1, n_max);
+    if (p.mutant == Mutant::first_kv_tile_only) T.ne = std::min(T.ne, T.nb + 1);
     const bool no_max = p.mutant == Mutant::no_max_subtraction;
-    std::vector<double> m(tm, no_max ? 0.0 : kNegInf), l(tm, 0.0);
-    for (int64_t n = nb; n < ne; ++n) {
-      const int64_t j0 = n * p.tile_n;
-      const int64_t jn = p.mutant == Mutant::tail_unmasked ? p.tile_n : std::min(p.tile_n, sk - j0);
-      const auto [Kb, Vb] = kv_tile(b, hk, j0, jn, Kt, Vt);
-      scores(Qb, Kb, j0, lo, hi, sk, S, mag && p.softcap > 0 ? &Tp : nullptr);
-      if (mag) {  // c_ij = t'_ij a_ij + (softcap ? |s_ij| : 0), a_ij = |scale| sum_d |q_id k_jd|
-        A.noalias() = Qb.cwiseAbs() * Kb.cwiseAbs().transpose();
-        A *= std::fabs(L.scale);
-        if (p.softcap > 0)
-          for (int64_t r = 0; r < tm; ++r)
-            for (int64_t c = 0; c < jn; ++c) A(r, c) = Tp(r, c) * A(r, c) + (std::isfinite(S(r, c)) ? std::fabs(S(r, c)) : 0.0);
-      }
-      P.resize(tm, jn);
-      for (int64_t r = 0; r < tm; ++r) {
-        const double m_new = no_max ? 0.0 : std::max(m[r], S.row(r).maxCoeff());
-        if (m_new == kNegInf) {  // nothing visible to this row yet
-          P.row(r).setZero();
-          continue;
-        }
-        const double alpha = std::exp(m[r] - m_new);  // 0 when m was -inf
-        double rs = 0;
-        if (no_max) {
-          for (int64_t c = 0; c < jn; ++c) {
-            double e = std::exp(S(r, c) - m_new);
-            // The mutant models a kernel's fp32 exp: it overflows past FLT_MAX (scores > ~88.7).
-            if (e > std::numeric_limits<float>::max()) e = std::numeric_limits<double>::infinity();
-            rs += (P(r, c) = e);
-          }
-        } else {
-          rs = exp_row_sum(&S(r, 0), m_new, &P(r, 0), jn);  // P = exp(S - m_new), rs = its row sum
-        }
-        l[r] = l[r] * alpha + rs;
-        if (p.mutant != Mutant::no_o_rescale && alpha != 1) Acc.row(r) *= alpha;
-        if (mag) {
-          if (alpha != 1) AccA.row(r) *= alpha, cacc[r] *= alpha;
-          for (int64_t c = 0; c < jn; ++c)
-            if (P(r, c) != 0) cacc[r] += P(r, c) * A(r, c);
-        }
-        m[r] = m_new;
-      }
-      Acc.noalias() += P * Vb;
-      if (mag) AccA.noalias() += P * Vb.cwiseAbs();
+    T.m.assign(tm, no_max ? 0.0 : kNegInf), T.l.assign(tm, 0.0);
+  }
+
+  // KV tile n of the tile's range.
+  void step(const PackedKV& pk, TileRun& T, int64_t n) const {
+    const int64_t sk = L.sk[T.b], tm = T.tm, ld = ld_s(pk), lda = ld_acc(pk);
+    const double* qt = q.data() + (L.q_row(T.b, T.i0) * L.Hq + T.h) * L.D;
+    thread_local std::vector<double> S, P;
+    thread_local Mat Kt, Vt, A, Tp;
+    S.resize(tm * ld), P.resize(tm * ld);
+    const bool no_max = p.mutant == Mutant::no_max_subtraction;
+    const int64_t j0 = n * p.tile_n;
+    const int64_t jn = p.mutant == Mutant::tail_unmasked ? p.tile_n : std::min(p.tile_n, sk - j0);
+    detail::tile_scores(qt, L.Hq * L.D, tm, L.D, pk.k_tile(T.b, T.hk, n), pk.npan, pk.ps, L.scale, S.data(), ld);
+    const bool tanh_grad = T.mag && p.softcap > 0;
+    if (tanh_grad) Tp.resize(tm, jn);
+    softcap_mask(S.data(), ld, tm, jn, j0, T.lo, T.hi, sk, tanh_grad ? Tp.data() : nullptr, jn);
+    const Eigen::Map<const Mat, 0, Eigen::OuterStride<>> Sm(S.data(), tm, jn, Eigen::OuterStride<>(ld));
+    const Eigen::Map<const Mat, 0, Eigen::OuterStride<>> Pm(P.data(), tm, jn, Eigen::OuterStride<>(ld));
+    std::optional<std::pair<CMap, CMap>> kv;  // the tile's K, V views (magnitudes only)
+    if (T.mag) {  // c_ij = t'_ij a_ij + (softcap ? |s_ij| : 0), a_ij = |scale| sum_d |q_id k_jd|
+      kv.emplace(kv_tile(T.b, T.hk, j0, jn, Kt, Vt));
+      A.noalias() = q_tile(T.b, T.h, T.i0, tm).cwiseAbs() * kv->first.cwiseAbs().transpose();
+      A *= std::fabs(L.scale);
+      if (p.softcap > 0)
+        for (int64_t r = 0; r < tm; ++r)
+          for (int64_t c = 0; c < jn; ++c) A(r, c) = Tp(r, c) * A(r, c) + (std::isfinite(Sm(r, c)) ? std::fabs(Sm(r, c)) : 0.0);
     }
     for (int64_t r = 0; r < tm; ++r) {
-      double mr = m[r], lr = l[r];
-      if (fold_sink && p.has_sink && p.mutant != Mutant::no_sink) {
-        if (mr == kNegInf) mr = sink[h], lr = 1;  // only column: exp(sink - sink)
-        else lr += std::exp(sink[h] - mr);
+      const double* srow = S.data() + r * ld;
+      double* prow = P.data() + r * ld;
+      double* arow = T.acc.data() + r * lda;
+      const double m_new = no_max ? 0.0 : std::max(T.m[r], Sm.row(r).maxCoeff());
+      if (m_new == kNegInf) {  // nothing visible to this row yet
+        std::fill(prow, prow + jn, 0.0);
+        continue;
       }
-      double* orow = o + (L.q_row(b, i0 + r) * L.Hq + h) * L.Dv;
-      double* mrow = mag ? omag + (orow - o) : nullptr;
+      const double alpha = std::exp(T.m[r] - m_new);  // 0 when m was -inf
+      double rs = 0;
+      if (no_max) {
+        for (int64_t c = 0; c < jn; ++c) {
+          double e = std::exp(srow[c] - m_new);
+          // The mutant models a kernel's fp32 exp: it overflows past FLT_MAX (scores > ~88.7).
+          if (e > std::numeric_limits<float>::max()) e = std::numeric_limits<double>::infinity();
+          rs += (prow[c] = e);
+        }
+      } else {
+        rs = detail::tile_exp_row_sum(srow, m_new, prow, jn);  // P = exp(S - m_new), rs = its row sum
+      }
+      T.l[r] = T.l[r] * alpha + rs;
+      if (p.mutant != Mutant::no_o_rescale && alpha != 1)
+        for (int64_t e = 0; e < L.Dv; ++e) arow[e] *= alpha;
+      if (T.mag) {
+        if (alpha != 1) T.acc_mag.row(r) *= alpha, T.cacc[r] *= alpha;
+        for (int64_t c = 0; c < jn; ++c)
+          if (prow[c] != 0) T.cacc[r] += prow[c] * A(r, c);
+      }
+      T.m[r] = m_new;
+    }
+    detail::tile_pv(P.data(), ld, tm, jn, pk.v_tile(T.b, T.hk, n), pk.ldv, pk.Dvp / 8, T.acc.data(), lda);
+    if (T.mag) T.acc_mag.noalias() += Pm * kv->second.cwiseAbs();
+  }
+
+  // Finalize: O rows and LSE values (and their magnitudes) through the pointers. fold_sink: apply
+  // the sink (unsplit pass and split 0).
+  void finish(const PackedKV& pk, const TileRun& T, bool fold_sink, double* o, double* lse, double* omag,
+              double* lmag) const {
+    const int64_t lda = ld_acc(pk);
+    for (int64_t r = 0; r < T.tm; ++r) {
+      double mr = T.m[r], lr = T.l[r];
+      if (fold_sink && p.has_sink && p.mutant != Mutant::no_sink) {
+        if (mr == kNegInf) mr = sink[T.h], lr = 1;  // only column: exp(sink - sink)
+        else lr += std::exp(sink[T.h] - mr);
+      }
+      const int64_t li = L.lse_index(T.b, T.h, T.i0 + r);
+      double* orow = o + (L.q_row(T.b, T.i0 + r) * L.Hq + T.h) * L.Dv;
+      double* mrow = T.mag ? omag + (orow - o) : nullptr;
       if (!(lr > 0) || mr == kNegInf) {  // fully masked (or nothing in this split)
         for (int64_t e = 0; e < L.Dv; ++e) orow[e] = 0;
-        lse[L.lse_index(b, h, i0 + r)] = kNegInf;
-        if (mag) {  // exact zeros / -inf: magnitude 0
+        lse[li] = kNegInf;
+        if (T.mag) {  // exact zeros / -inf: magnitude 0
           for (int64_t e = 0; e < L.Dv; ++e) mrow[e] = 0;
-          lmag[L.lse_index(b, h, i0 + r)] = 0;
+          lmag[li] = 0;
         }
         continue;
       }
-      for (int64_t e = 0; e < L.Dv; ++e) orow[e] = Acc(r, e) / lr;
-      lse[L.lse_index(b, h, i0 + r)] = mr + std::log(lr);
-      if (mag) {
-        for (int64_t e = 0; e < L.Dv; ++e) mrow[e] = AccA(r, e) / lr;
-        lmag[L.lse_index(b, h, i0 + r)] = std::fabs(mr) + std::log(lr) + cacc[r] / lr;
+      for (int64_t e = 0; e < L.Dv; ++e) orow[e] = T.acc[r * lda + e] / lr;
+      lse[li] = mr + std::log(lr);
+      if (T.mag) {
+        for (int64_t e = 0; e < L.Dv; ++e) mrow[e] = T.acc_mag(r, e) / lr;
+        lmag[li] = std::fabs(mr) + std::log(lr) + T.cacc[r] / lr;
       }
     }
   }
+
+  // Query tiles (b, h, i0s[g], tms[g]) of one head, side by side: each KV tile is brought to the
+  // cache once for all of them, and each tile still sees its own KV range in ascending order, so
+  // every row gets the bits it gets alone. omag / lmag: as in begin (mag when non-null).
+  void run_tiles(const PackedKV& pk, int64_t b, int64_t h, const std::vector<std::pair<int64_t, int64_t>>& rows,
+                 int64_t t0, int64_t t1, bool fold_sink, double* o, double* lse, double* omag = nullptr,
+                 double* lmag = nullptr) const {
+    thread_local std::vector<TileRun> runs;
+    if (runs.size() < rows.size()) runs.resize(rows.size());
+    int64_t nb = std::numeric_limits<int64_t>::max(), ne = 0;
+    for (size_t g = 0; g < rows.size(); ++g) {
+      begin(pk, runs[g], b, h, rows[g].first, rows[g].second, t0, t1, omag != nullptr);
+      nb = std::min(nb, runs[g].nb), ne = std::max(ne, runs[g].ne);
+    }
+    for (int64_t n = nb; n < ne; ++n)
+      for (size_t g = 0; g < rows.size(); ++g)
+        if (runs[g].nb <= n && n < runs[g].ne) step(pk, runs[g], n);
+    for (size_t g = 0; g < rows.size(); ++g) finish(pk, runs[g], fold_sink, o, lse, omag, lmag);
+  }
 };
 
+// A work item: up to kGroup consecutive query tiles of one (sequence, head), run side by side.
+constexpr int64_t kGroup = 2;
 struct Work {
-  int64_t b, h, i0, tm;
+  int64_t b, h;
+  std::vector<std::pair<int64_t, int64_t>> rows;  // (i0, tm) per query tile
 };
 
 std::vector<Work> q_tiles(const detail::Layout& L, int64_t tile_m) {
   std::vector<Work> w;
   for (int64_t b = 0; b < L.B; ++b)
     for (int64_t h = 0; h < L.Hq; ++h)
-      for (int64_t i0 = 0; i0 < L.sq[b]; i0 += tile_m) w.push_back({b, h, i0, std::min(tile_m, L.sq[b] - i0)});
+      for (int64_t i0 = 0; i0 < L.sq[b]; i0 += tile_m) {
+        if (i0 % (kGroup * tile_m) == 0) w.push_back({b, h, {}});
+        w.back().rows.push_back({i0, std::min(tile_m, L.sq[b] - i0)});
+      }
   return w;
 }
 
@@ -297,11 +350,16 @@ ForwardResult forward_online(const Params& p, const std::vector<double>& q,
   detail::check_inputs(L, p, q, k, v, sink);
   const Engine E{p, L, q, k, v, sink};
   const auto work = q_tiles(L, p.tile_m);
+  const PackedKV pk(L, p, k, v);
   const int64_t osz = L.o_size(), lsz = L.lse_size(), ns = p.num_splits;
   ForwardResult R;
-  R.o.assign(osz, 0), R.lse.assign(lsz, kNegInf);
-  R.o_partial.assign(ns * osz, 0), R.lse_partial.assign(ns * lsz, kNegInf);
-  if (ns > 1) R.o_partial_mag.assign(ns * osz, 0), R.lse_partial_mag.assign(ns * lsz, 0);
+  // Fresh outputs with their pages faulted in by all threads (prefault.h): at B H S Dv = 32 MiB a
+  // serial first touch is a visible part of the time at 16 threads.
+  R.o = zeros_prefaulted(osz), R.lse.assign(lsz, kNegInf);
+  if (ns > 1) {
+    R.o_partial = zeros_prefaulted(ns * osz), R.lse_partial.assign(ns * lsz, kNegInf);
+    R.o_partial_mag = zeros_prefaulted(ns * osz), R.lse_partial_mag.assign(ns * lsz, 0);
+  }
   const int64_t nw = static_cast<int64_t>(work.size());
   // Work items are independent (each writes its own O rows / LSE values), so the result does not
   // depend on the thread count or the schedule. Last tiles first: under causal masking they are
@@ -310,16 +368,19 @@ ForwardResult forward_online(const Params& p, const std::vector<double>& q,
   for (int64_t w = 0; w < nw; ++w) {
     const auto& t = work[nw - 1 - w];
     const int64_t n_tiles = (L.sk[t.b] + p.tile_n - 1) / p.tile_n;
-    E.run_tile(t.b, t.h, t.i0, t.tm, 0, n_tiles, true, R.o.data(), R.lse.data());
+    E.run_tiles(pk, t.b, t.h, t.rows, 0, n_tiles, true, R.o.data(), R.lse.data());
     if (ns == 1) continue;  // the single split is the unsplit pass (copied below)
     const int64_t per = (n_tiles + ns - 1) / ns;  // tiles per split (FA's n_blocks_per_split)
     for (int64_t s = 0; s < ns; ++s) {
       const int64_t t0 = std::min(s * per, n_tiles), t1 = std::min((s + 1) * per, n_tiles);
-      E.run_tile(t.b, t.h, t.i0, t.tm, t0, t1, s == 0, R.o_partial.data() + s * osz,
-                 R.lse_partial.data() + s * lsz, R.o_partial_mag.data() + s * osz, R.lse_partial_mag.data() + s * lsz);
+      E.run_tiles(pk, t.b, t.h, t.rows, t0, t1, s == 0, R.o_partial.data() + s * osz, R.lse_partial.data() + s * lsz,
+                  R.o_partial_mag.data() + s * osz, R.lse_partial_mag.data() + s * lsz);
     }
   }
-  if (ns == 1) R.o_partial = R.o, R.lse_partial = R.lse;
+  if (ns == 1) {
+    reserve_prefaulted(R.o_partial, osz);
+    R.o_partial.assign(R.o.begin(), R.o.end()), R.lse_partial = R.lse;
+  }
   auto c = combine_splits(p, ns, R.o_partial, R.lse_partial);
   R.o_combined = std::move(c.o), R.lse_combined = std::move(c.lse);
   return R;

@@ -6,10 +6,12 @@
 // --op attention`, which judges the mutants and emulations of fixtures/attention.cpp), and a hidden
 // benchmark ("[.bench]").
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <cstdio>
 #include <functional>
 #include <limits>
@@ -24,6 +26,7 @@
 #include "tests/common.h"
 #include "reference/attention/attention.h"
 #include "reference/attention/attention_emulation.h"
+#include "reference/attention/attention_tiles.h"
 #include "reference/core/check.h"
 #include "reference/core/dtype.h"
 #include "reference/core/tensor.h"
@@ -721,6 +724,94 @@ TEST_CASE("kernel emulations without rounding equal the oracle, with rounding th
 // on B=1, Hq=Hkv=8, Sq=Sk=4096, D=Dv=128, non-causal, fp64, in GFLOP/s counting 4*B*Hq*Sq*Sk*D,
 // next to the Eigen fp64 GEMM rate measured in the same run (both use all OpenMP threads).
 // Target: >= 50 % of the GEMM rate. Sizes can be shrunk with ASSAY_ATTN_BENCH_S=<Sq=Sk>.
+
+TEST_CASE("tile kernels: every ISA body gives the bits of a std::fma chain", "[cpu][L0]") {
+  // Shapes that exercise the register tiles' remainders (rows not a multiple of 4, panels not a
+  // multiple of 4, D and jn odd), the values with mixed signs and magnitudes.
+  using assay::attention::detail::TileIsa;
+  Rng rng(77);
+  for (const auto [tm, D, npan, jn] : std::vector<std::array<int64_t, 4>>{{7, 5, 3, 21}, {64, 128, 8, 64}, {1, 1, 1, 1}, {13, 33, 5, 37}}) {
+    const int64_t ldq = D + 3, lds = npan * 8 + 2, ldv = npan * 8 + 1, nvec = npan, lda = nvec * 8 + 4;
+    const int64_t ps = D * 8 + 8;
+    std::vector<double> q(tm * ldq), kp(npan * ps), p(tm * lds), vr(jn * ldv), acc0(tm * lda);
+    for (auto* v : {&q, &kp, &p, &vr, &acc0})
+      for (auto& x : *v) x = rng.uni() * std::exp2(std::floor(rng.uni(-20, 20)));
+    const double scale = 0.0883883476483184;
+    // Definition: one fma chain from 0 per element, then the scale / the add to acc.
+    std::vector<double> s_ref(tm * lds, 0.0), acc_ref = acc0;
+    for (int64_t r = 0; r < tm; ++r)
+      for (int64_t c = 0; c < npan * 8; ++c) {
+        double a = 0;
+        for (int64_t d = 0; d < D; ++d) a = std::fma(q[r * ldq + d], kp[(c / 8) * ps + d * 8 + c % 8], a);
+        s_ref[r * lds + c] = a * scale;
+      }
+    for (int64_t r = 0; r < tm; ++r)
+      for (int64_t e = 0; e < nvec * 8; ++e) {
+        double a = 0;
+        for (int64_t c = 0; c < jn; ++c) a = std::fma(p[r * lds + c], vr[c * ldv + e], a);
+        acc_ref[r * lda + e] += a;
+      }
+    int checked = 0;
+    for (const auto isa : {TileIsa::avx512, TileIsa::avx2, TileIsa::portable}) {
+      if (!assay::attention::detail::tile_isa_available(isa)) continue;
+      std::vector<double> s(tm * lds, 0.0), acc = acc0;
+      assay::attention::detail::tile_scores(q.data(), ldq, tm, D, kp.data(), npan, ps, scale, s.data(), lds, isa);
+      assay::attention::detail::tile_pv(p.data(), lds, tm, jn, vr.data(), ldv, nvec, acc.data(), lda, isa);
+      for (int64_t r = 0; r < tm; ++r)
+        for (int64_t c = 0; c < npan * 8; ++c) REQUIRE(s[r * lds + c] == s_ref[r * lds + c]);
+      for (int64_t r = 0; r < tm; ++r)
+        for (int64_t e = 0; e < lda; ++e) REQUIRE(acc[r * lda + e] == acc_ref[r * lda + e]);
+      ++checked;
+    }
+    CHECK(checked >= 1);
+  }
+}
+
+TEST_CASE("tile exp: every ISA body gives the same bits, within 1 ulp of std::exp", "[cpu][L0]") {
+  using assay::attention::detail::TileIsa;
+  // 2^20 arguments in [-746, 0] (the subnormal range below -708 included), then the edges: 0, -0,
+  // -inf, -746 and below, the smallest normal and subnormal results.
+  const int64_t n = (int64_t{1} << 20) + 9;
+  std::vector<double> x(n);
+  Rng rng(5);
+  for (int64_t i = 0; i + 9 < n; ++i) x[i] = i % 4 == 0 ? rng.uni(-746, -700) : rng.uni(-746, 0);
+  const double edges[9] = {0.0, -0.0, kNegInf, -746.0, -800.0, -708.3964185322641, -744.4400719213812,
+                           -1e-300, -0.34657359027997264};
+  std::copy(edges, edges + 9, x.end() - 9);
+  std::vector<double> ref;
+  double ref_sum = 0;
+  int checked = 0;
+  for (const auto isa : {TileIsa::portable, TileIsa::avx2, TileIsa::avx512}) {
+    if (!assay::attention::detail::tile_isa_available(isa)) continue;
+    for (const int64_t len : {n, int64_t{37}, int64_t{1}}) {  // full steps and padded tails
+      std::vector<double> y(len);
+      const double sum = assay::attention::detail::tile_exp_row_sum(x.data(), 0.0, y.data(), len, isa);
+      if (len == n && ref.empty()) ref = y, ref_sum = sum;
+      if (len == n) {
+        REQUIRE(sum == ref_sum);
+        for (int64_t i = 0; i < n; ++i) REQUIRE(std::memcmp(&y[i], &ref[i], sizeof(double)) == 0);
+      } else {
+        for (int64_t i = 0; i < len; ++i) REQUIRE(y[i] == ref[i]);
+      }
+    }
+    ++checked;
+  }
+  REQUIRE(checked >= 1);
+  double worst_ulp = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double e = std::exp(x[i]);
+    if (e == 0) {
+      REQUIRE(ref[i] <= std::numeric_limits<double>::denorm_min());
+      continue;
+    }
+    const double ulp = std::nextafter(e, 1.0) - e;  // the spacing at e (subnormal spacing below 2^-1022)
+    worst_ulp = std::max(worst_ulp, std::fabs(ref[i] - e) / ulp);
+  }
+  std::printf("[attention] tile exp: worst %.3f ulp vs std::exp over %lld arguments\n", worst_ulp, (long long)n);
+  CHECK(worst_ulp <= 1.0);
+  CHECK(ref[n - 7] == 0.0);  // -inf
+  CHECK(ref[n - 9] == 1.0);  // exp(0)
+}
 
 TEST_CASE("benchmark: form (b) vs Eigen fp64 GEMM", "[.bench]") {
   using clk = std::chrono::steady_clock;

@@ -1,0 +1,182 @@
+// The online form's tile kernels (attention_tiles.h): one body (attention_tiles.inc) compiled for
+// AVX-512, AVX2 + FMA and plain C++ (std::fma), picked once at run time. Register tiles: kMR query
+// rows x kNP panels of 8 columns (AVX-512: 4 x 4 panels = 16 accumulators of 8 lanes).
+#include "reference/attention/attention_tiles.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#if defined(__GNUC__) && defined(__x86_64__)
+#define ASSAY_TILES_X86 1
+#include <immintrin.h>
+#endif
+
+#define ASSAY_UNROLL _Pragma("GCC unroll 16")
+
+// exp of arguments <= 0 (the online softmax's x - m), the same IEEE operations on every ISA:
+// z = max(z, -746) (NaN stays NaN; below -746 the result rounds to +0, so -inf gives exactly 0);
+// Cody-Waite reduction z = k ln2 + r with k = rint(z / ln2) from one fused multiply-add against
+// the 1.5 * 2^52 shifter, r = (z - k ln2hi) - k ln2lo as two fused multiply-adds (ln2 split as in
+// fdlibm, k ln2hi exact, |r| <= ln2 / 2 + 2^-40); Taylor polynomial of degree 13 by Horner with
+// fused multiply-adds (truncation < 6e-18 relative); then p 2^k with one rounding (AVX-512's
+// scalef; AVX2 multiplies by two exact powers of two; the portable body uses ldexp): a subnormal
+// result rounds once. Within 1 ulp of glibc's exp on [-746, 0] (test_attention checks 2^20
+// points and the bits of every body).
+namespace assay::attention::detail::expc {
+constexpr double kLog2e = 1.4426950408889634, kShift = 0x1.8p52, kLo = -746.0;
+constexpr double kLn2Hi = 6.93147180369123816490e-01, kLn2Lo = 1.90821492927058770002e-10;
+constexpr double kC[14] = {1.0, 1.0, 0.5, 1.0 / 6.0, 1.0 / 24.0, 1.0 / 120.0, 1.0 / 720.0, 1.0 / 5040.0,
+                           1.0 / 40320.0, 1.0 / 362880.0, 1.0 / 3628800.0, 1.0 / 39916800.0,
+                           1.0 / 479001600.0, 1.0 / 6227020800.0};
+}  // namespace assay::attention::detail::expc
+
+namespace assay::attention::detail {
+namespace {
+
+#ifdef ASSAY_TILES_X86
+#pragma GCC push_options
+#pragma GCC target("avx512f")
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12's masked-intrinsic false positive
+namespace avx512 {
+constexpr int kW = 8, kMR = 4, kNP = 4;
+using Vd = __m512d;
+inline Vd vzero() { return _mm512_setzero_pd(); }
+inline Vd vset1(double x) { return _mm512_set1_pd(x); }
+inline Vd vload(const double* p) { return _mm512_loadu_pd(p); }
+inline void vstore(double* p, Vd v) { _mm512_storeu_pd(p, v); }
+inline Vd vfma(Vd a, Vd b, Vd c) { return _mm512_fmadd_pd(a, b, c); }
+inline Vd vmul(Vd a, Vd b) { return _mm512_mul_pd(a, b); }
+inline Vd vadd(Vd a, Vd b) { return _mm512_add_pd(a, b); }
+inline Vd vsub(Vd a, Vd b) { return _mm512_sub_pd(a, b); }
+inline Vd vexp(Vd z) {
+  using namespace expc;
+  z = _mm512_max_pd(vset1(kLo), z);
+  const Vd kd = _mm512_sub_pd(_mm512_fmadd_pd(z, vset1(kLog2e), vset1(kShift)), vset1(kShift));
+  const Vd r = _mm512_fnmadd_pd(kd, vset1(kLn2Lo), _mm512_fnmadd_pd(kd, vset1(kLn2Hi), z));
+  Vd p = vset1(kC[13]);
+  ASSAY_UNROLL
+  for (int i = 12; i >= 0; --i) p = _mm512_fmadd_pd(p, r, vset1(kC[i]));
+  return _mm512_scalef_pd(p, kd);
+}
+#include "reference/attention/attention_tiles.inc"
+}  // namespace avx512
+#pragma GCC diagnostic pop
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+namespace avx2 {
+constexpr int kW = 4, kMR = 2, kNP = 2;
+using Vd = __m256d;
+inline Vd vzero() { return _mm256_setzero_pd(); }
+inline Vd vset1(double x) { return _mm256_set1_pd(x); }
+inline Vd vload(const double* p) { return _mm256_loadu_pd(p); }
+inline void vstore(double* p, Vd v) { _mm256_storeu_pd(p, v); }
+inline Vd vfma(Vd a, Vd b, Vd c) { return _mm256_fmadd_pd(a, b, c); }
+inline Vd vmul(Vd a, Vd b) { return _mm256_mul_pd(a, b); }
+inline Vd vadd(Vd a, Vd b) { return _mm256_add_pd(a, b); }
+inline Vd vsub(Vd a, Vd b) { return _mm256_sub_pd(a, b); }
+inline Vd vexp(Vd z) {
+  using namespace expc;
+  z = _mm256_max_pd(vset1(kLo), z);
+  const Vd t = _mm256_fmadd_pd(z, vset1(kLog2e), vset1(kShift));
+  const Vd kd = _mm256_sub_pd(t, vset1(kShift));
+  const Vd r = _mm256_fnmadd_pd(kd, vset1(kLn2Lo), _mm256_fnmadd_pd(kd, vset1(kLn2Hi), z));
+  Vd p = vset1(kC[13]);
+  ASSAY_UNROLL
+  for (int i = 12; i >= 0; --i) p = _mm256_fmadd_pd(p, r, vset1(kC[i]));
+  // 2^k as two exact factors 2^k1 2^k2, k1 = floor(k / 2): the result rounds once.
+  const __m256i ki = _mm256_sub_epi64(_mm256_castpd_si256(t), _mm256_castpd_si256(vset1(kShift)));
+  const __m256i k1 = _mm256_sub_epi64(_mm256_srli_epi64(_mm256_add_epi64(ki, _mm256_set1_epi64x(2048)), 1),
+                                      _mm256_set1_epi64x(1024));
+  const __m256i k2 = _mm256_sub_epi64(ki, k1);
+  const __m256i bias = _mm256_set1_epi64x(1023);
+  const Vd f1 = _mm256_castsi256_pd(_mm256_slli_epi64(_mm256_add_epi64(k1, bias), 52));
+  const Vd f2 = _mm256_castsi256_pd(_mm256_slli_epi64(_mm256_add_epi64(k2, bias), 52));
+  return _mm256_mul_pd(_mm256_mul_pd(p, f1), f2);
+}
+#include "reference/attention/attention_tiles.inc"
+}  // namespace avx2
+#pragma GCC pop_options
+#endif
+
+namespace portable {  // one lane, std::fma: the same roundings, slowly
+constexpr int kW = 1, kMR = 1, kNP = 1;
+using Vd = double;
+inline Vd vzero() { return 0.0; }
+inline Vd vset1(double x) { return x; }
+inline Vd vload(const double* p) { return *p; }
+inline void vstore(double* p, Vd v) { *p = v; }
+inline Vd vfma(Vd a, Vd b, Vd c) { return std::fma(a, b, c); }
+inline Vd vmul(Vd a, Vd b) { return a * b; }
+inline Vd vadd(Vd a, Vd b) { return a + b; }
+inline Vd vsub(Vd a, Vd b) { return a - b; }
+inline Vd vexp(Vd z) {
+  using namespace expc;
+  if (std::isnan(z)) return z;
+  z = std::max(kLo, z);
+  const double kd = std::fma(z, kLog2e, kShift) - kShift;
+  const double r = std::fma(-kd, kLn2Lo, std::fma(-kd, kLn2Hi, z));
+  double p = kC[13];
+  for (int i = 12; i >= 0; --i) p = std::fma(p, r, kC[i]);
+  return std::ldexp(p, static_cast<int>(kd));
+}
+#include "reference/attention/attention_tiles.inc"
+}  // namespace portable
+
+bool has(TileIsa isa) {
+#ifdef ASSAY_TILES_X86
+  switch (isa) {
+    case TileIsa::avx512: return __builtin_cpu_supports("avx512f");
+    case TileIsa::avx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    default: return true;
+  }
+#else
+  return isa == TileIsa::portable || isa == TileIsa::best;
+#endif
+}
+
+TileIsa pick(TileIsa isa) {
+  static const TileIsa best = has(TileIsa::avx512) ? TileIsa::avx512 : has(TileIsa::avx2) ? TileIsa::avx2 : TileIsa::portable;
+  return isa == TileIsa::best ? best : isa;
+}
+
+}  // namespace
+
+bool tile_isa_available(TileIsa isa) { return has(isa); }
+
+void tile_scores(const double* q, int64_t ldq, int64_t tm, int64_t D, const double* kpan, int64_t npan,
+                 int64_t ps, double scale, double* s, int64_t lds, TileIsa isa) {
+  switch (pick(isa)) {
+#ifdef ASSAY_TILES_X86
+    case TileIsa::avx512: return avx512::tile_scores(q, ldq, tm, D, kpan, npan, ps, scale, s, lds);
+    case TileIsa::avx2: return avx2::tile_scores(q, ldq, tm, D, kpan, npan, ps, scale, s, lds);
+#endif
+    default: return portable::tile_scores(q, ldq, tm, D, kpan, npan, ps, scale, s, lds);
+  }
+}
+
+void tile_pv(const double* p, int64_t ldp, int64_t tm, int64_t jn, const double* vrows, int64_t ldv,
+             int64_t nvec, double* acc, int64_t lda, TileIsa isa) {
+  switch (pick(isa)) {
+#ifdef ASSAY_TILES_X86
+    case TileIsa::avx512: return avx512::tile_pv(p, ldp, tm, jn, vrows, ldv, nvec, acc, lda);
+    case TileIsa::avx2: return avx2::tile_pv(p, ldp, tm, jn, vrows, ldv, nvec, acc, lda);
+#endif
+    default: return portable::tile_pv(p, ldp, tm, jn, vrows, ldv, nvec, acc, lda);
+  }
+}
+
+double tile_exp_row_sum(const double* x, double m, double* y, int64_t n, TileIsa isa) {
+  switch (pick(isa)) {
+#ifdef ASSAY_TILES_X86
+    case TileIsa::avx512: return avx512::exp_row_sum(x, m, y, n);
+    case TileIsa::avx2: return avx2::exp_row_sum(x, m, y, n);
+#endif
+    default: return portable::exp_row_sum(x, m, y, n);
+  }
+}
+
+}  // namespace assay::attention::detail
