@@ -292,7 +292,10 @@ def run_bench(bench, filt, threads):
                        stdout=subprocess.PIPE, text=True)
     if r.returncode != 0:
         die(f"{bench} exited {r.returncode} (OMP_NUM_THREADS={threads})")
-    data = json.loads(r.stdout)
+    try:
+        data = json.loads(r.stdout)
+    except json.JSONDecodeError:  # e.g. "Failed to match any benchmarks" (printed as text)
+        die(f"{bench}: no benchmark output for filter {filt!r} (OMP_NUM_THREADS={threads}); check --filter")
     runs = {}
     for b in data.get("benchmarks", []):
         if b.get("run_type", "iteration") != "iteration" or b.get("error_occurred"):
