@@ -114,4 +114,21 @@ inline Scratch scratch(size_t n) {
   return Scratch(new double[n], ScratchFree{});
 }
 
+// Scratch that outlives the call: a form that works through its data in windows keeps its window
+// buffers in one of these (thread_local in the form, so concurrent callers never share one), and
+// its pages are faulted in once per calling thread instead of once per call. get(n) returns at
+// least n doubles, uninitialised (whatever the last call left there); it grows, never shrinks.
+struct ReusedScratch {
+  Scratch buf;
+  size_t cap = 0;
+  double* get(size_t n) {
+    if (n > cap) {
+      buf.reset();
+      buf = scratch(n);
+      cap = n;
+    }
+    return buf.get();
+  }
+};
+
 }  // namespace assay

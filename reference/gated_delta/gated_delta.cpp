@@ -10,6 +10,7 @@
 #include <string>
 
 #include <Eigen/Dense>
+#include <omp.h>
 
 #include "reference/core/prefault.h"
 
@@ -605,17 +606,19 @@ Result recurrent(const Params& p, const Inputs& in) {
 //   are unchanged. recurrent() implements the same mutant token by token; the tests check that the two
 //   agree, which confirms this derivation.
 //
-// Decomposition (fla's chunk kernels), in two passes; each work item writes only its own slice
-// and every reduction has one fixed order, so the result does not depend on the thread count (the
-// passes always run inside a parallel region, however small, where OpenBLAS runs each GEMM on the
-// calling thread; outside one a large GEMM is split over the OpenMP pool, and its tiles'
-// summation order with it):
+// Decomposition (fla's chunk kernels), in two passes over each window of consecutive chunks (the
+// windows one after the other, so that the passes' products for pass 2 stay small and in cache);
+// each work item writes only its own slice and every reduction has one fixed order, so the result
+// depends neither on the thread count nor on the window size (the passes always run inside a
+// parallel region, however small, where OpenBLAS runs each GEMM on the calling thread; outside one
+// a large GEMM is split over the OpenMP pool, and its tiles' summation order with it):
 //   1. per chunk, parallel over (chunk, hv) (chunk_scaled_dot_kkt, solve_tril, recompute_w_u, and
 //      chunk_fwd_o's intra-chunk matrix): A, T = (I + A)^-1, w = T (beta e^G K), u = T (beta V),
 //      M = (Q K^T) o exp(G_i - G_j) (diagonal included), the decays;
 //   2. state pass and output, parallel over (sequence, hv, block of kVBlock value columns),
-//      sequential over the sequence's chunks (chunk_gated_delta_rule_fwd_h, whose grid is also
-//      (V blocks, heads), then chunk_fwd_o on the same columns): store h_c, v_new = u - w h_c,
+//      sequential over the sequence's chunks in the window (chunk_gated_delta_rule_fwd_h, whose
+//      grid is also (V blocks, heads), then chunk_fwd_o on the same columns), the block of the
+//      state carried from window to window: store h_c, v_new = u - w h_c,
 //      o = scale [e^G (Q h_c) + M v_new], h_{c+1} = e^{G_last} h_c + K^T (exp(G_last - G) v_new).
 //      Column j of h, v_new and o depends only on column j of h and u, so the column blocks are
 //      independent, and the block of h stays in cache for both products.
@@ -654,7 +657,7 @@ void rnd(M& m, const std::optional<DType>& t) {
 Result chunked(const Params& p, const Inputs& in) {
   const Prep P = prepare(p, in, false);
   Result r = alloc_result(P);
-  const int64_t K = P.K, V = P.V, KV = K * V, HV = P.HV, G = P.HV / P.H, BT = P.B * P.T, C = P.C;
+  const int64_t K = P.K, V = P.V, KV = K * V, H = P.H, HV = P.HV, G = P.HV / P.H, BT = P.B * P.T, C = P.C;
   const Mutant mu = p.mutant;
   const bool excl = mu == Mutant::missing_alpha;
   const auto& inter = p.emulate_intermediate_dtype;
@@ -668,21 +671,39 @@ Result chunked(const Params& p, const Inputs& in) {
     for (int64_t c0 = 0; c0 < s.len; c0 += C)
       chunks[P.chunk_off[n] + c0 / C] = {n, c0, std::min(C, s.len - c0), s.b * P.T + s.t0 + c0};
   }
-  // Pass 1's products for pass 2, left uninitialised (pass 1 writes every row before pass 2 reads
-  // it, and the first touch of their pages is then spread over the threads):
-  //   W, U [HV, B*T, K / V]: w and u rows;  Kn, Qn [H, B*T, K]: the k and q rows as the forms read
-  //   them (l2-normalised when asked), contiguous per head for the products;  Mq [NC * HV, C * C]:
-  //   the chunk's masked, gated q k^T;  eG, dlast [HV, B*T]: exp(G_i) and exp(G_last - G_i).
-  const Scratch W = scratch(HV * BT * K), U = scratch(HV * BT * V);
-  const Scratch Kn = scratch(P.H * BT * K), Qn = scratch(P.H * BT * K), Mq = scratch(P.NC * HV * C * C);
-  std::vector<double> eG(HV * BT), dlast(HV * BT), eglast(P.NC * HV);
-  // Rows [tok0, tok0 + L) of q or k (head h), l2-normalised when asked.
-  auto qk_rows = [&](int64_t tok0, int64_t L, int64_t h, bool is_q) {
-    Mat m = CMapS(&(is_q ? P.q() : P.k())[(tok0 * P.H + h) * K], L, K, Eigen::OuterStride<>(P.H * K));
+  // Windows of nw consecutive chunks (only the speed depends on nw: every chunk is computed the
+  // same way in any window). nw gives pass 1 a few work items per thread; at one thread it is one
+  // chunk, and a window's scratch (about 2 MB at K = V = 128, HV = 8) stays in cache from pass 1
+  // to pass 2.
+  const int64_t nth = omp_get_max_threads();
+  const int64_t nw = std::clamp<int64_t>((4 * nth + HV - 1) / HV, 1, std::max<int64_t>(P.NC, 1));
+  // Pass 1's products for pass 2, per window (local chunk lc in [0, nw)), in scratch kept between
+  // calls (ReusedScratch: pass 1 writes every row before pass 2 reads it):
+  //   Kw, Qw [nw, H, C, K]: the k and q rows as the passes read them (l2-normalised when asked);
+  //   U, W [nw, HV, C, V / K]: u and w rows;  Mq [nw, HV, C, C]: the masked, gated q k^T;
+  //   eG, dlast [nw, HV, C]: exp(G_i) and exp(G_last - G_i);  eglast [nw, HV]: exp(G_last).
+  // S [Nseq, HV, nvb, K, kVBlock]: the running state of each column block, from window to window.
+  const int64_t nvb = (V + kVBlock - 1) / kVBlock;
+  const int64_t per_chunk = 2 * H * C * K + HV * (C * (V + K + C + 2) + 1);
+  thread_local ReusedScratch ws;
+  double* const wbase = ws.get(static_cast<size_t>(nw * per_chunk));
+  double* const Kw = wbase;
+  double* const Qw = Kw + nw * H * C * K;
+  double* const U = Qw + nw * H * C * K;
+  double* const W = U + nw * HV * C * V;
+  double* const Mq = W + nw * HV * C * K;
+  double* const eG = Mq + nw * HV * C * C;
+  double* const dlast = eG + nw * HV * C;
+  double* const eglast = dlast + nw * HV * C;
+  const Scratch S_all = scratch(std::max<int64_t>(P.Nseq * HV * KV, 1));
+  // Rows [tok0, tok0 + L) of q or k (head h), l2-normalised when asked, into m (L x K).
+  auto qk_rows = [&](int64_t tok0, int64_t L, int64_t h, bool is_q, Eigen::Map<Mat> m) {
+    const CMapS x(&(is_q ? P.q() : P.k())[(tok0 * P.H + h) * K], L, K, Eigen::OuterStride<>(P.H * K));
     const std::vector<double>& sc = is_q ? P.q_s : P.k_s;
-    if (!sc.empty())
-      for (int64_t i = 0; i < L; ++i) m.row(i) *= sc[(tok0 + i) * P.H + h];
-    return m;
+    if (sc.empty())
+      m = x;
+    else
+      for (int64_t i = 0; i < L; ++i) m.row(i) = x.row(i) * sc[(tok0 + i) * P.H + h];
   };
   auto gates = [&](const Chunk& ch, int64_t hv, Vec& g, Vec* b) {
     g.resize(ch.L);
@@ -693,9 +714,161 @@ Result chunked(const Params& p, const Inputs& in) {
     }
   };
 
-  // 1. Per chunk: A, T, w, u; the intra-chunk output matrix M and the decays. Pass 1 does not
-  // touch o and chunk_states: two threads zero-fill them (std::vector's serial fill) while the
-  // others start on the chunks.
+  // 1. Per chunk of the window, (chunk, hv): A, T, w, u; the intra-chunk output matrix M and the decays.
+  auto pass1 = [&](int64_t ci, int64_t lc, int64_t hv) {
+    const Chunk& ch = chunks[ci];
+    const int64_t h = hv / G, L = ch.L, slot = lc * HV + hv;
+    // One value head per q/k head writes the window's k and q rows; the others make their own copies.
+    Mat Kown, Qown;
+    double *kp = &Kw[(lc * H + h) * C * K], *qp = &Qw[(lc * H + h) * C * K];
+    if (hv % G != 0) {
+      Kown.resize(L, K), Qown.resize(L, K);
+      kp = Kown.data(), qp = Qown.data();
+    }
+    const Eigen::Map<Mat> Kc(kp, L, K), Qc(qp, L, K);
+    qk_rows(ch.tok0, L, h, false, Kc);
+    qk_rows(ch.tok0, L, h, true, Qc);
+    const CMapS Vc(&(*P.v)[(ch.tok0 * HV + hv) * V], L, V, Eigen::OuterStride<>(HV * V));
+    Vec g, b, Gin, Gex;
+    gates(ch, hv, g, &b);
+    Mat D;
+    chunk_decays(g, D, Gin, Gex);
+    // E = exp(D) on and below the diagonal, read by A (except the missing_alpha mutant's, which
+    // decays by D(i - 1, j)), by M and by the state update.
+    Mat E(L, L);
+    for (int64_t i = 0; i < L; ++i)
+      for (int64_t j = 0; j <= i; ++j) E(i, j) = std::exp(D(i, j));
+    // KKt; with emulation, chunk_scaled_dot_kkt's operand beta k cast to k.dtype (beta then inside).
+    Mat KKt;
+    if (inter) {
+      Mat Kb = Kc;
+      for (int64_t i = 0; i < L; ++i) Kb.row(i) *= b(i);
+      rnd(Kb, inter);
+      KKt = Kb * Kc.transpose();
+    } else {
+      KKt = Kc * Kc.transpose();
+    }
+    // A, strictly lower.
+    Mat A = Mat::Zero(L, L);
+    for (int64_t i = 1; i < L; ++i)
+      for (int64_t j = 0; j < i; ++j) {
+        const double decay = mu == Mutant::kkt_without_decay ? 1.0 : excl ? std::exp(D(i - 1, j)) : E(i, j);
+        A(i, j) = (inter ? 1.0 : b(i)) * KKt(i, j) * decay;
+      }
+    // T = (I + A)^-1 by forward substitution: row i of (T - I) = (-A)(i, :i) T(:i, :i), i.e.
+    // T(i, j) = sgn sum_{m=j..i-1} A(i, m) T(m, j), accumulated in ascending m (T(m, j) = 0 for j > m).
+    const double sgn = mu == Mutant::i_minus_a ? 1.0 : -1.0;
+    Mat Tm = Mat::Identity(L, L);
+    std::vector<double> acc(L);
+    for (int64_t i = 1; i < L; ++i) {
+      std::fill(acc.begin(), acc.begin() + i, 0.0);
+      for (int64_t m = 0; m < i; ++m) {
+        const double aim = A(i, m);
+        const double* tm = &Tm(m, 0);
+        double* ac = acc.data();
+#pragma omp simd
+        for (int64_t j = 0; j <= m; ++j) ac[j] += aim * tm[j];
+      }
+      for (int64_t j = 0; j < i; ++j) Tm(i, j) = sgn * acc[j];
+    }
+    rnd(Tm, inter);  // solve_tril's output stored in k.dtype
+    Mat bV(L, V), bK(L, K);
+    for (int64_t i = 0; i < L; ++i) {
+      const double eg = std::exp(excl ? Gex(i) : Gin(i));
+      bV.row(i) = Vc.row(i) * (mu == Mutant::u_with_decay ? b(i) * eg : b(i));
+      bK.row(i) = Kc.row(i) * (mu == Mutant::w_without_decay ? b(i) : b(i) * eg);
+    }
+    rnd(bV, inter);  // recompute_w_u casts beta v and beta e^G k to v/k.dtype before the dots with T
+    rnd(bK, inter);
+    Eigen::Map<Mat> u(&U[slot * C * V], L, V), w(&W[slot * C * K], L, K);
+    u.noalias() = Tm * bV;  // (straight into the window's rows)
+    w.noalias() = Tm * bK;
+    rnd(u, inter);
+    rnd(w, inter);
+    for (int64_t j = 0; j < L; ++j) {
+      dlast[slot * C + j] = E(L - 1, j);
+      eG[slot * C + j] = std::exp(Gin(j));
+    }
+    eglast[slot] = std::exp(Gin(L - 1));
+    // The intra-chunk output matrix: q k^T with the decay mask, diagonal included.
+    Eigen::Map<Mat> M(&Mq[slot * C * C], L, L);
+    M.noalias() = Qc * Kc.transpose();
+    for (int64_t i = 0; i < L; ++i) {
+      const int64_t jmax = mu == Mutant::strict_output_mask ? i - 1 : i;
+      for (int64_t j = 0; j <= jmax; ++j) M(i, j) *= E(i, j);
+      for (int64_t j = std::max<int64_t>(jmax + 1, 0); j < L; ++j) M(i, j) = 0.0;
+    }
+    rnd(M, inter);  // chunk_fwd_o casts the masked, gated q k^T to v.dtype before its dot with v_new
+  };
+
+  // 2. State pass and output of (sequence n, hv, column block vb) over the window's chunks
+  // [cb, ce) of that sequence, in order.
+  const bool kv = p.state_layout == StateLayout::kv;
+  auto at = [&](double* base, int64_t i, int64_t j) -> double& { return kv ? base[i * V + j] : base[j * K + i]; };
+  auto pass2 = [&](int64_t n, int64_t hv, int64_t vb, int64_t cb, int64_t ce, int64_t wc0) {
+    if (cb >= ce) return;  // (an empty sequence inside the window: see below)
+    const int64_t h = hv / G, j0 = vb * kVBlock, nb = std::min(kVBlock, V - j0);
+    Eigen::Map<Mat> S(&S_all[(n * HV + hv) * KV + j0 * K], K, nb);  // columns [j0, j0 + nb), [K][V] orientation
+    if (cb == P.chunk_off[n]) {  // the sequence's first chunk: the initial state
+      S.setZero();
+      if (!P.h0->empty()) {
+        const double* h0 = P.h0->data() + (n * HV + hv) * KV;
+        for (int64_t i = 0; i < K; ++i)
+          for (int64_t j = 0; j < nb; ++j) S(i, j) = kv ? h0[i * V + j0 + j] : h0[(j0 + j) * K + i];
+      }
+    }
+    Mat Sr;
+    for (int64_t ci = cb; ci < ce; ++ci) {
+      const Chunk& ch = chunks[ci];
+      const int64_t L = ch.L, lc = ci - wc0, slot = lc * HV + hv;
+      // The chunk-start state as stored (h), read by v_new and by the output (a rounded copy only
+      // when emulating h's dtype).
+      if (p.emulate_h_dtype) {
+        Sr = S;
+        rnd(Sr, p.emulate_h_dtype);
+      }
+      const Eigen::Map<const Mat> Sh(p.emulate_h_dtype ? Sr.data() : S.data(), K, nb);
+      double* cs = r.chunk_states.data() + (ci * HV + hv) * KV;
+      if (kv)
+        MMapS(cs + j0, K, nb, Eigen::OuterStride<>(V)) = Sh;
+      else
+        for (int64_t i = 0; i < K; ++i)
+          for (int64_t j = 0; j < nb; ++j) cs[(j0 + j) * K + i] = Sh(i, j);
+      const Eigen::Map<const Mat> Wc(&W[slot * C * K], L, K), M(&Mq[slot * C * C], L, L);
+      const Eigen::Map<const Mat> Kc(&Kw[(lc * H + h) * C * K], L, K), Qc(&Qw[(lc * H + h) * C * K], L, K);
+      // v_new = u - w h, in place of this block's columns of u (fp32 in the kernel; the state
+      // update reads this one).
+      MMapS vnew_acc(&U[slot * C * V + j0], L, nb, Eigen::OuterStride<>(V));
+      vnew_acc.noalias() -= Wc * Sh;
+      // Output (chunk_fwd_o): o = scale [e^G (Q h) + M v_new], v_new as stored.
+      Mat QS = Qc * Sh;
+      for (int64_t i = 0; i < L; ++i) QS.row(i) *= eG[slot * C + i];
+      MMapS o(&r.o[(ch.tok0 * HV + hv) * V + j0], L, nb, Eigen::OuterStride<>(HV * V));
+      if (inter) {
+        Mat vr = vnew_acc;
+        rnd(vr, inter);
+        o = P.scale * (QS + M * vr);
+      } else {
+        o = P.scale * (QS + M * vnew_acc);
+      }
+      // State update: S <- e^{G_last} S0 + K^T (exp(D(L-1, j)) vn_j), both in place.
+      MMapS& dV = vnew_acc;
+      for (int64_t j = 0; j < L; ++j) dV.row(j) *= dlast[slot * C + j];
+      rnd(dV, inter);
+      const bool no_decay = p.mutant == Mutant::carry_without_decay &&
+                            (p.mutant_chunk < 0 || ci + 1 - P.chunk_off[n] == p.mutant_chunk);
+      S *= no_decay ? 1.0 : eglast[slot];
+      S.noalias() += Kc.transpose() * dV;
+    }
+    if (ce == P.chunk_off[n + 1]) {  // the sequence's last chunk: the final state
+      double* fs = r.final_state.data() + (n * HV + hv) * KV;
+      for (int64_t i = 0; i < K; ++i)
+        for (int64_t j = 0; j < nb; ++j) at(fs, i, j0 + j) = S(i, j);
+    }
+  };
+
+  // Window after window: pass 1 on its chunks, then pass 2 on them. Two threads zero-fill o and
+  // chunk_states (std::vector's serial fill) while the others start on the first window.
   const size_t no = BT * HV * V, ncs = P.NC * HV * KV;
 #pragma omp parallel
   {
@@ -703,146 +876,25 @@ Result chunked(const Params& p, const Inputs& in) {
     r.o.resize(no);
 #pragma omp single nowait
     r.chunk_states.resize(ncs);
-#pragma omp for schedule(dynamic) nowait
-    for (int64_t job = 0; job < P.NC * HV; ++job) {
-      const Chunk& ch = chunks[job / HV];
-      const int64_t hv = job % HV, h = hv / G, L = ch.L;
-      const Mat Kc = qk_rows(ch.tok0, L, h, false), Qc = qk_rows(ch.tok0, L, h, true);
-      if (hv % G == 0) {  // one value head per q/k head stores the rows pass 2 reads
-        Eigen::Map<Mat>(&Kn[(h * BT + ch.tok0) * K], L, K) = Kc;
-        Eigen::Map<Mat>(&Qn[(h * BT + ch.tok0) * K], L, K) = Qc;
+    for (int64_t wc0 = 0; wc0 < P.NC; wc0 += nw) {
+      const int64_t wc1 = std::min(P.NC, wc0 + nw);
+#pragma omp for schedule(dynamic)
+      for (int64_t job = 0; job < (wc1 - wc0) * HV; ++job) pass1(wc0 + job / HV, job / HV, job % HV);
+      // (the loop's end waits for the fills and for every chunk of the window)
+      const int64_t n0 = chunks[wc0].n, nseq = chunks[wc1 - 1].n + 1 - n0;
+#pragma omp for schedule(dynamic)
+      for (int64_t job = 0; job < nseq * HV * nvb; ++job) {
+        const int64_t n = n0 + job / (HV * nvb);
+        pass2(n, job / nvb % HV, job % nvb, std::max(wc0, P.chunk_off[n]), std::min(wc1, P.chunk_off[n + 1]), wc0);
       }
-      const CMapS Vc(&(*P.v)[(ch.tok0 * HV + hv) * V], L, V, Eigen::OuterStride<>(HV * V));
-      Vec g, b, Gin, Gex;
-      gates(ch, hv, g, &b);
-      Mat D;
-      chunk_decays(g, D, Gin, Gex);
-      // E = exp(D) on and below the diagonal, read by A (except the missing_alpha mutant's, which
-      // decays by D(i - 1, j)), by M and by the state update.
-      Mat E(L, L);
-      for (int64_t i = 0; i < L; ++i)
-        for (int64_t j = 0; j <= i; ++j) E(i, j) = std::exp(D(i, j));
-      // KKt; with emulation, chunk_scaled_dot_kkt's operand beta k cast to k.dtype (beta then inside).
-      Mat KKt;
-      if (inter) {
-        Mat Kb = Kc;
-        for (int64_t i = 0; i < L; ++i) Kb.row(i) *= b(i);
-        rnd(Kb, inter);
-        KKt = Kb * Kc.transpose();
-      } else {
-        KKt = Kc * Kc.transpose();
-      }
-      // A, strictly lower.
-      Mat A = Mat::Zero(L, L);
-      for (int64_t i = 1; i < L; ++i)
-        for (int64_t j = 0; j < i; ++j) {
-          const double decay = mu == Mutant::kkt_without_decay ? 1.0 : excl ? std::exp(D(i - 1, j)) : E(i, j);
-          A(i, j) = (inter ? 1.0 : b(i)) * KKt(i, j) * decay;
-        }
-      // T = (I + A)^-1 by forward substitution: row i of (T - I) = (-A)(i, :i) T(:i, :i), i.e.
-      // T(i, j) = sgn sum_{m=j..i-1} A(i, m) T(m, j), accumulated in ascending m (T(m, j) = 0 for j > m).
-      const double sgn = mu == Mutant::i_minus_a ? 1.0 : -1.0;
-      Mat Tm = Mat::Identity(L, L);
-      std::vector<double> acc(L);
-      for (int64_t i = 1; i < L; ++i) {
-        std::fill(acc.begin(), acc.begin() + i, 0.0);
-        for (int64_t m = 0; m < i; ++m) {
-          const double aim = A(i, m);
-          const double* tm = &Tm(m, 0);
-          double* ac = acc.data();
-  #pragma omp simd
-          for (int64_t j = 0; j <= m; ++j) ac[j] += aim * tm[j];
-        }
-        for (int64_t j = 0; j < i; ++j) Tm(i, j) = sgn * acc[j];
-      }
-      rnd(Tm, inter);  // solve_tril's output stored in k.dtype
-      Mat bV = Vc, bK = Kc;
-      for (int64_t i = 0; i < L; ++i) {
-        const double eg = std::exp(excl ? Gex(i) : Gin(i));
-        bV.row(i) *= mu == Mutant::u_with_decay ? b(i) * eg : b(i);
-        bK.row(i) *= mu == Mutant::w_without_decay ? b(i) : b(i) * eg;
-      }
-      rnd(bV, inter);  // recompute_w_u casts beta v and beta e^G k to v/k.dtype before the dots with T
-      rnd(bK, inter);
-      Eigen::Map<Mat> u(&U[(hv * BT + ch.tok0) * V], L, V), w(&W[(hv * BT + ch.tok0) * K], L, K);
-      u.noalias() = Tm * bV;  // (straight into the scratch rows)
-      w.noalias() = Tm * bK;
-      rnd(u, inter);
-      rnd(w, inter);
-      for (int64_t j = 0; j < L; ++j) {
-        dlast[hv * BT + ch.tok0 + j] = E(L - 1, j);
-        eG[hv * BT + ch.tok0 + j] = std::exp(Gin(j));
-      }
-      eglast[job] = std::exp(Gin(L - 1));
-      // The intra-chunk output matrix: q k^T with the decay mask, diagonal included.
-      Eigen::Map<Mat> M(&Mq[job * C * C], L, L);
-      M.noalias() = Qc * Kc.transpose();
-      for (int64_t i = 0; i < L; ++i) {
-        const int64_t jmax = mu == Mutant::strict_output_mask ? i - 1 : i;
-        for (int64_t j = 0; j <= jmax; ++j) M(i, j) *= E(i, j);
-        for (int64_t j = std::max<int64_t>(jmax + 1, 0); j < L; ++j) M(i, j) = 0.0;
-      }
-      rnd(M, inter);  // chunk_fwd_o casts the masked, gated q k^T to v.dtype before its dot with v_new
     }
-  }  // (the region's end waits for the fills and for every chunk)
-
-  // 2. State pass and output per (sequence, hv, value-column block), sequential over the chunks.
-  const bool kv = p.state_layout == StateLayout::kv;
-  auto at = [&](double* base, int64_t i, int64_t j) -> double& { return kv ? base[i * V + j] : base[j * K + i]; };
-  const int64_t nvb = (V + kVBlock - 1) / kVBlock;
-#pragma omp parallel for schedule(dynamic)
-  for (int64_t job = 0; job < P.Nseq * HV * nvb; ++job) {
-    const int64_t n = job / (HV * nvb), hv = job / nvb % HV, h = hv / G;
-    const int64_t j0 = job % nvb * kVBlock, nb = std::min(kVBlock, V - j0);
-    Mat S = Mat::Zero(K, nb);  // columns [j0, j0 + nb) of the state, [K][V] orientation
-    if (!P.h0->empty()) {
-      const double* h0 = P.h0->data() + (n * HV + hv) * KV;
-      for (int64_t i = 0; i < K; ++i)
-        for (int64_t j = 0; j < nb; ++j) S(i, j) = kv ? h0[i * V + j0 + j] : h0[(j0 + j) * K + i];
-    }
-    for (int64_t ci = P.chunk_off[n]; ci < P.chunk_off[n + 1]; ++ci) {
-      const Chunk& ch = chunks[ci];
-      const int64_t L = ch.L, t0 = hv * BT + ch.tok0;
-      // The chunk-start state as stored (h), read by v_new and by the output (a rounded copy only
-      // when emulating h's dtype).
-      Mat Sr;
-      if (p.emulate_h_dtype) {
-        Sr = S;
-        rnd(Sr, p.emulate_h_dtype);
-      }
-      const Mat& Sh = p.emulate_h_dtype ? Sr : S;
-      double* cs = r.chunk_states.data() + (ci * HV + hv) * KV;
-      if (kv)
-        MMapS(cs + j0, K, nb, Eigen::OuterStride<>(V)) = Sh;
-      else
-        for (int64_t i = 0; i < K; ++i)
-          for (int64_t j = 0; j < nb; ++j) cs[(j0 + j) * K + i] = Sh(i, j);
-      const CMapS Ub(&U[t0 * V + j0], L, nb, Eigen::OuterStride<>(V));
-      const Eigen::Map<const Mat> Wc(&W[t0 * K], L, K), Qc(&Qn[(h * BT + ch.tok0) * K], L, K);
-      const Eigen::Map<const Mat> Kc(&Kn[(h * BT + ch.tok0) * K], L, K), M(&Mq[(ci * HV + hv) * C * C], L, L);
-      const Mat vnew_acc = Ub - Wc * Sh;  // fp32 in the kernel (the state update reads this one)
-      // Output (chunk_fwd_o): o = scale [e^G (Q h) + M v_new], v_new as stored.
-      Mat QS = Qc * Sh;
-      for (int64_t i = 0; i < L; ++i) QS.row(i) *= eG[t0 + i];
-      Mat vr;
-      if (inter) {
-        vr = vnew_acc;
-        rnd(vr, inter);
-      }
-      const Mat& vnew = inter ? vr : vnew_acc;
-      MMapS(&r.o[(ch.tok0 * HV + hv) * V + j0], L, nb, Eigen::OuterStride<>(HV * V)) = P.scale * (QS + M * vnew);
-      // State update: S <- e^{G_last} S0 + K^T (exp(D(L-1, j)) vn_j).
-      Mat dV = vnew_acc;
-      for (int64_t j = 0; j < L; ++j) dV.row(j) *= dlast[t0 + j];
-      rnd(dV, inter);
-      const bool no_decay = p.mutant == Mutant::carry_without_decay &&
-                            (p.mutant_chunk < 0 || ci + 1 - P.chunk_off[n] == p.mutant_chunk);
-      S = (no_decay ? 1.0 : eglast[ci * HV + hv]) * S + Kc.transpose() * dV;
-    }
-    double* fs = r.final_state.data() + (n * HV + hv) * KV;
-    for (int64_t i = 0; i < K; ++i)
-      for (int64_t j = 0; j < nb; ++j) at(fs, i, j0 + j) = S(i, j);
   }
+  // Empty sequences (no chunk): the final state is the initial state.
+  for (int64_t n = 0; n < P.Nseq; ++n)
+    if (P.chunk_off[n] == P.chunk_off[n + 1]) {
+      if (!P.h0->empty())
+        std::copy_n(P.h0->data() + n * HV * KV, HV * KV, r.final_state.data() + n * HV * KV);
+    }
   return r;
 }
 
