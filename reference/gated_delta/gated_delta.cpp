@@ -656,7 +656,8 @@ void rnd(M& m, const std::optional<DType>& t) {
 
 Result chunked(const Params& p, const Inputs& in) {
   const Prep P = prepare(p, in, false);
-  Result r = alloc_result(P);
+  Result r = alloc_result(P);  // (o and chunk_states are zero-filled window by window: see below)
+  const int64_t nth = omp_get_max_threads();
   const int64_t K = P.K, V = P.V, KV = K * V, H = P.H, HV = P.HV, G = P.HV / P.H, BT = P.B * P.T, C = P.C;
   const Mutant mu = p.mutant;
   const bool excl = mu == Mutant::missing_alpha;
@@ -673,28 +674,31 @@ Result chunked(const Params& p, const Inputs& in) {
   }
   // Windows of nw consecutive chunks (only the speed depends on nw: every chunk is computed the
   // same way in any window). nw gives pass 1 a few work items per thread; at one thread it is one
-  // chunk, and a window's scratch (about 2 MB at K = V = 128, HV = 8) stays in cache from pass 1
-  // to pass 2.
-  const int64_t nth = omp_get_max_threads();
+  // chunk, and the scratch of two windows (about 5 MB at K = V = 128, HV = 8) stays in cache from
+  // pass 1 to pass 2.
   const int64_t nw = std::clamp<int64_t>((4 * nth + HV - 1) / HV, 1, std::max<int64_t>(P.NC, 1));
-  // Pass 1's products for pass 2, per window (local chunk lc in [0, nw)), in scratch kept between
-  // calls (ReusedScratch: pass 1 writes every row before pass 2 reads it):
-  //   Kw, Qw [nw, H, C, K]: the k and q rows as the passes read them (l2-normalised when asked);
-  //   U, W [nw, HV, C, V / K]: u and w rows;  Mq [nw, HV, C, C]: the masked, gated q k^T;
-  //   eG, dlast [nw, HV, C]: exp(G_i) and exp(G_last - G_i);  eglast [nw, HV]: exp(G_last).
+  const int64_t nwin = (P.NC + nw - 1) / nw;
+  // Pass 1's products for pass 2, for two windows (window w in slots [(w % 2) nw, (w % 2 + 1) nw):
+  // pass 1 on window w runs next to pass 2 on window w - 1), in scratch kept between calls
+  // (ReusedScratch: pass 1 writes every row before pass 2 reads it); lc is the slot of a chunk:
+  //   Kw, Qw [2 nw, H, C, K]: the k and q rows as the passes read them (l2-normalised when asked);
+  //   U, W [2 nw, HV, C, V / K]: u and w rows;  Mq [2 nw, HV, C, C]: the masked, gated q k^T;
+  //   eG, dlast [2 nw, HV, C]: exp(G_i) and exp(G_last - G_i);  eglast [2 nw, HV]: exp(G_last).
   // S [Nseq, HV, nvb, K, kVBlock]: the running state of each column block, from window to window.
-  const int64_t nvb = (V + kVBlock - 1) / kVBlock;
+  const int64_t nvb = (V + kVBlock - 1) / kVBlock, ns = 2 * nw;
   const int64_t per_chunk = 2 * H * C * K + HV * (C * (V + K + C + 2) + 1);
   thread_local ReusedScratch ws;
-  double* const wbase = ws.get(static_cast<size_t>(nw * per_chunk));
+  double* const wbase = ws.get(static_cast<size_t>(ns * per_chunk));
   double* const Kw = wbase;
-  double* const Qw = Kw + nw * H * C * K;
-  double* const U = Qw + nw * H * C * K;
-  double* const W = U + nw * HV * C * V;
-  double* const Mq = W + nw * HV * C * K;
-  double* const eG = Mq + nw * HV * C * C;
-  double* const dlast = eG + nw * HV * C;
-  double* const eglast = dlast + nw * HV * C;
+  double* const Qw = Kw + ns * H * C * K;
+  double* const U = Qw + ns * H * C * K;
+  double* const W = U + ns * HV * C * V;
+  double* const Mq = W + ns * HV * C * K;
+  double* const eG = Mq + ns * HV * C * C;
+  double* const dlast = eG + ns * HV * C;
+  double* const eglast = dlast + ns * HV * C;
+  double* const o_all = r.o.data();  // (reserved: the fills never reallocate)
+  double* const cs_all = r.chunk_states.data();
   const Scratch S_all = scratch(std::max<int64_t>(P.Nseq * HV * KV, 1));
   // Rows [tok0, tok0 + L) of q or k (head h), l2-normalised when asked, into m (L x K).
   auto qk_rows = [&](int64_t tok0, int64_t L, int64_t h, bool is_q, Eigen::Map<Mat> m) {
@@ -802,10 +806,10 @@ Result chunked(const Params& p, const Inputs& in) {
   };
 
   // 2. State pass and output of (sequence n, hv, column block vb) over the window's chunks
-  // [cb, ce) of that sequence, in order.
+  // [cb, ce) of that sequence, in order; the window's first chunk wc0 is in slot lc0.
   const bool kv = p.state_layout == StateLayout::kv;
   auto at = [&](double* base, int64_t i, int64_t j) -> double& { return kv ? base[i * V + j] : base[j * K + i]; };
-  auto pass2 = [&](int64_t n, int64_t hv, int64_t vb, int64_t cb, int64_t ce, int64_t wc0) {
+  auto pass2 = [&](int64_t n, int64_t hv, int64_t vb, int64_t cb, int64_t ce, int64_t wc0, int64_t lc0) {
     if (cb >= ce) return;  // (an empty sequence inside the window: see below)
     const int64_t h = hv / G, j0 = vb * kVBlock, nb = std::min(kVBlock, V - j0);
     Eigen::Map<Mat> S(&S_all[(n * HV + hv) * KV + j0 * K], K, nb);  // columns [j0, j0 + nb), [K][V] orientation
@@ -820,7 +824,7 @@ Result chunked(const Params& p, const Inputs& in) {
     Mat Sr;
     for (int64_t ci = cb; ci < ce; ++ci) {
       const Chunk& ch = chunks[ci];
-      const int64_t L = ch.L, lc = ci - wc0, slot = lc * HV + hv;
+      const int64_t L = ch.L, lc = lc0 + ci - wc0, slot = lc * HV + hv;
       // The chunk-start state as stored (h), read by v_new and by the output (a rounded copy only
       // when emulating h's dtype).
       if (p.emulate_h_dtype) {
@@ -828,7 +832,7 @@ Result chunked(const Params& p, const Inputs& in) {
         rnd(Sr, p.emulate_h_dtype);
       }
       const Eigen::Map<const Mat> Sh(p.emulate_h_dtype ? Sr.data() : S.data(), K, nb);
-      double* cs = r.chunk_states.data() + (ci * HV + hv) * KV;
+      double* cs = cs_all + (ci * HV + hv) * KV;
       if (kv)
         MMapS(cs + j0, K, nb, Eigen::OuterStride<>(V)) = Sh;
       else
@@ -843,7 +847,7 @@ Result chunked(const Params& p, const Inputs& in) {
       // Output (chunk_fwd_o): o = scale [e^G (Q h) + M v_new], v_new as stored.
       Mat QS = Qc * Sh;
       for (int64_t i = 0; i < L; ++i) QS.row(i) *= eG[slot * C + i];
-      MMapS o(&r.o[(ch.tok0 * HV + hv) * V + j0], L, nb, Eigen::OuterStride<>(HV * V));
+      MMapS o(&o_all[(ch.tok0 * HV + hv) * V + j0], L, nb, Eigen::OuterStride<>(HV * V));
       if (inter) {
         Mat vr = vnew_acc;
         rnd(vr, inter);
@@ -867,28 +871,41 @@ Result chunked(const Params& p, const Inputs& in) {
     }
   };
 
-  // Window after window: pass 1 on its chunks, then pass 2 on them. Two threads zero-fill o and
-  // chunk_states (std::vector's serial fill) while the others start on the first window.
+  // Step w (w = 0 .. nwin): pass 2 on window w - 1, the zero fills of o and chunk_states up to the
+  // end of window w (std::vector's serial fill, in pieces: one thread per vector) and pass 1 on
+  // window w, as one list of work items (the longest first; on one thread, pass 2 on a window
+  // then follows pass 1 on it).
   const size_t no = BT * HV * V, ncs = P.NC * HV * KV;
+  auto window = [&](int64_t w, int64_t& c0, int64_t& c1) { c0 = w * nw, c1 = std::min(P.NC, c0 + nw); };
 #pragma omp parallel
-  {
-#pragma omp single nowait
-    r.o.resize(no);
-#pragma omp single nowait
-    r.chunk_states.resize(ncs);
-    for (int64_t wc0 = 0; wc0 < P.NC; wc0 += nw) {
-      const int64_t wc1 = std::min(P.NC, wc0 + nw);
+  for (int64_t w = 0; w <= nwin; ++w) {
+    int64_t c0, c1, p0 = 0, p1 = 0, n0 = 0;
+    window(w, c0, c1);
+    const int64_t nfill = w < nwin ? 2 : 0, n1 = w < nwin ? (c1 - c0) * HV : 0;
+    int64_t n2 = 0;
+    if (w > 0) {
+      window(w - 1, p0, p1);
+      n0 = chunks[p0].n;
+      n2 = (chunks[p1 - 1].n + 1 - n0) * HV * nvb;
+    }
 #pragma omp for schedule(dynamic)
-      for (int64_t job = 0; job < (wc1 - wc0) * HV; ++job) pass1(wc0 + job / HV, job / HV, job % HV);
-      // (the loop's end waits for the fills and for every chunk of the window)
-      const int64_t n0 = chunks[wc0].n, nseq = chunks[wc1 - 1].n + 1 - n0;
-#pragma omp for schedule(dynamic)
-      for (int64_t job = 0; job < nseq * HV * nvb; ++job) {
+    for (int64_t job = 0; job < n2 + nfill + n1; ++job) {
+      if (job < n2) {
         const int64_t n = n0 + job / (HV * nvb);
-        pass2(n, job / nvb % HV, job % nvb, std::max(wc0, P.chunk_off[n]), std::min(wc1, P.chunk_off[n + 1]), wc0);
+        pass2(n, job / nvb % HV, job % nvb, std::max(p0, P.chunk_off[n]), std::min(p1, P.chunk_off[n + 1]), p0,
+              (w - 1) % 2 * nw);
+      } else if (job == n2) {
+        r.o.resize((chunks[c1 - 1].tok0 + chunks[c1 - 1].L) * HV * V);
+      } else if (job == n2 + 1) {
+        r.chunk_states.resize(c1 * HV * KV);
+      } else {
+        const int64_t j = job - n2 - nfill;
+        pass1(c0 + j / HV, w % 2 * nw + j / HV, j % HV);
       }
     }
   }
+  r.o.resize(no);  // (no-ops unless there are no chunks)
+  r.chunk_states.resize(ncs);
   // Empty sequences (no chunk): the final state is the initial state.
   for (int64_t n = 0; n < P.Nseq; ++n)
     if (P.chunk_off[n] == P.chunk_off[n + 1]) {
