@@ -111,11 +111,35 @@ std::vector<double> normalised_rows(const std::vector<double>& x, int64_t K, dou
   return r;
 }
 
-std::vector<double> row_scales(const std::vector<double>& x, int64_t K, double eps) {
-  const int64_t rows = static_cast<int64_t>(x.size()) / K;
+// The rows' l2norm_scale factors, and in `finite` whether every value of x is finite, in one pass
+// over x (a row whose sum of squares is finite holds only finite values; only the other rows are
+// read again). Eight rows side by side, each its own sum in ascending order as in l2norm_scale,
+// so that the sums' additions do not wait on one another.
+std::vector<double> row_scales(const std::vector<double>& x, int64_t K, double eps, bool& finite) {
+  constexpr int64_t kRows = 8;
+  const int64_t rows = static_cast<int64_t>(x.size()) / K, groups = (rows + kRows - 1) / kRows;
   std::vector<double> r(rows);
-#pragma omp parallel for schedule(static) if (rows * K >= kParallelMin)
-  for (int64_t row = 0; row < rows; ++row) r[row] = l2norm_scale(x.data() + row * K, K, eps);
+  bool ok = true;
+#pragma omp parallel for schedule(static) reduction(&& : ok) if (rows * K >= kParallelMin)
+  for (int64_t gi = 0; gi < groups; ++gi) {
+    const int64_t r0 = gi * kRows, nr = std::min(kRows, rows - r0);
+    const double* p = x.data() + r0 * K;
+    double ss[kRows] = {};
+    if (nr == kRows) {
+      for (int64_t i = 0; i < K; ++i)
+#pragma GCC unroll 8
+        for (int64_t j = 0; j < kRows; ++j) ss[j] += p[j * K + i] * p[j * K + i];
+    } else {
+      for (int64_t j = 0; j < nr; ++j)
+        for (int64_t i = 0; i < K; ++i) ss[j] += p[j * K + i] * p[j * K + i];
+    }
+    for (int64_t j = 0; j < nr; ++j) {
+      r[r0 + j] = 1.0 / std::sqrt(ss[j] + eps);
+      if (!std::isfinite(ss[j]))
+        for (int64_t i = 0; i < K; ++i) ok = ok && std::isfinite(p[j * K + i]);
+    }
+  }
+  finite = ok;
   return r;
 }
 
@@ -183,18 +207,20 @@ Prep prepare(const Params& p, const Inputs& in, bool materialise_qk = true) {
                     in.k.size(), BT * p.H * p.K);
   ASSAY_INPUT_CHECK(static_cast<int64_t>(in.v.size()) == BT * p.HV * p.V, "gated_delta: v has {} values, expected {}",
                     in.v.size(), BT * p.HV * p.V);
-  ASSAY_INPUT_CHECK(all_finite(in.q) && all_finite(in.k) && all_finite(in.v), "gated_delta: q/k/v not finite");
-  r.q_in = &in.q;
-  r.k_in = &in.k;
-  if (p.qk_l2norm) {
-    if (materialise_qk) {
+  if (p.qk_l2norm && !materialise_qk) {  // (the row scales' pass checks q and k)
+    bool q_finite = true, k_finite = true;
+    r.q_s = row_scales(in.q, p.K, p.l2norm_eps, q_finite);
+    r.k_s = row_scales(in.k, p.K, p.l2norm_eps, k_finite);
+    ASSAY_INPUT_CHECK(q_finite && k_finite && all_finite(in.v), "gated_delta: q/k/v not finite");
+  } else {
+    ASSAY_INPUT_CHECK(all_finite(in.q) && all_finite(in.k) && all_finite(in.v), "gated_delta: q/k/v not finite");
+    if (p.qk_l2norm) {
       r.q_n = normalised_rows(in.q, p.K, p.l2norm_eps);
       r.k_n = normalised_rows(in.k, p.K, p.l2norm_eps);
-    } else {
-      r.q_s = row_scales(in.q, p.K, p.l2norm_eps);
-      r.k_s = row_scales(in.k, p.K, p.l2norm_eps);
     }
   }
+  r.q_in = &in.q;
+  r.k_in = &in.k;
   r.v = &in.v;
   effective_gate_beta(p, BT, p.HV, in.g, in.beta, in.A_log, in.dt_bias, r.g, r.beta);
 
@@ -644,6 +670,25 @@ void chunk_decays(const Vec& g, Mat& D, Vec& Gin, Vec& Gex) {
   }
 }
 
+// T = (I + A)^-1 for a strictly lower A (L x L, row-major; T comes in as the identity), by forward
+// substitution: row i of (T - I) = (-A)(i, :i) T(:i, :i), i.e. T(i, j) = sgn sum_{m=j..i-1} A(i, m)
+// T(m, j), accumulated in ascending m (T(m, j) = 0 for j > m). One clone per ISA: the inner loop
+// runs across j, each T(i, j) its own sum, so the vector width does not change the result.
+ASSAY_GD_CLONES
+void forward_substitution(const double* __restrict A, double* __restrict T, int64_t L, double sgn,
+                          double* __restrict acc) {
+  for (int64_t i = 1; i < L; ++i) {
+    for (int64_t j = 0; j < i; ++j) acc[j] = 0.0;
+    for (int64_t m = 0; m < i; ++m) {
+      const double aim = A[i * L + m];
+      const double* tm = T + m * L;
+#pragma omp simd
+      for (int64_t j = 0; j <= m; ++j) acc[j] += aim * tm[j];
+    }
+    for (int64_t j = 0; j < i; ++j) T[i * L + j] = sgn * acc[j];
+  }
+}
+
 // Calibration roundings (emulate_*: see gated_delta.h); no-ops for goldens.
 template <class M>
 void rnd(M& m, const std::optional<DType>& t) {
@@ -759,22 +804,10 @@ Result chunked(const Params& p, const Inputs& in) {
         const double decay = mu == Mutant::kkt_without_decay ? 1.0 : excl ? std::exp(D(i - 1, j)) : E(i, j);
         A(i, j) = (inter ? 1.0 : b(i)) * KKt(i, j) * decay;
       }
-    // T = (I + A)^-1 by forward substitution: row i of (T - I) = (-A)(i, :i) T(:i, :i), i.e.
-    // T(i, j) = sgn sum_{m=j..i-1} A(i, m) T(m, j), accumulated in ascending m (T(m, j) = 0 for j > m).
-    const double sgn = mu == Mutant::i_minus_a ? 1.0 : -1.0;
+    // T = (I + A)^-1.
     Mat Tm = Mat::Identity(L, L);
     std::vector<double> acc(L);
-    for (int64_t i = 1; i < L; ++i) {
-      std::fill(acc.begin(), acc.begin() + i, 0.0);
-      for (int64_t m = 0; m < i; ++m) {
-        const double aim = A(i, m);
-        const double* tm = &Tm(m, 0);
-        double* ac = acc.data();
-#pragma omp simd
-        for (int64_t j = 0; j <= m; ++j) ac[j] += aim * tm[j];
-      }
-      for (int64_t j = 0; j < i; ++j) Tm(i, j) = sgn * acc[j];
-    }
+    forward_substitution(A.data(), Tm.data(), L, mu == Mutant::i_minus_a ? 1.0 : -1.0, acc.data());
     rnd(Tm, inter);  // solve_tril's output stored in k.dtype
     Mat bV(L, V), bK(L, K);
     for (int64_t i = 0; i < L; ++i) {
