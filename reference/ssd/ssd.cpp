@@ -205,9 +205,30 @@ void chunked_core(const Inputs& in, const Dims& d, const std::vector<double>& de
   std::vector<double> carry(d.B * d.H * d.NC);  // [B, H, NC]: S_start_{c+1} = carry S_start_c + st_c
   std::vector<double> off_scale(d.B * d.T * d.H);  // [B, T, H]: the Y_off factor of each token
 
+  // CB = C B^T of a chunk depends on the group only: with several heads per group it is computed
+  // once per (set, b, chunk, group), before pass 1, into CBs [sets, B, NC, G, Q, Q].
+  const bool share_cb = hpg > 1 && m != Mutant::no_intra_chunk;
+  thread_local ReusedScratch cb_ws;
+  double* const CBs = share_cb ? cb_ws.get(sets.size() * d.B * d.NC * d.G * d.Q * d.Q) : nullptr;
+  auto cb_at = [&](size_t si, int64_t b, int64_t c, int64_t g) {
+    return CBs + (((si * d.B + b) * d.NC + c) * d.G + g) * d.Q * d.Q;
+  };
+
   // 1. Per chunk: Y_diag, st_c, carry_c, off_scale; one thread each zero-fills a set's cs first.
 #pragma omp parallel
   {
+    if (share_cb) {
+      const auto ncb = static_cast<int64_t>(sets.size()) * d.B * d.NC * d.G;
+#pragma omp for schedule(dynamic)
+      for (int64_t it = 0; it < ncb; ++it) {
+        const int64_t g = it % d.G, c = it / d.G % d.NC, b = it / (d.G * d.NC) % d.B, si = it / (d.G * d.NC * d.B);
+        const int64_t t0 = c * d.Q, Qc = std::min(d.Q, d.T - t0);
+        const ChunkSet& cs = sets[si];
+        const CMap Bc(&(*cs.Bm)[((b * d.T + t0) * d.G + g) * d.N], Qc, d.N, Eigen::OuterStride<>(d.G * d.N));
+        const CMap Cc(&(*cs.Cm)[((b * d.T + t0) * d.G + g) * d.N], Qc, d.N, Eigen::OuterStride<>(d.G * d.N));
+        Eigen::Map<RowMat>(cb_at(si, b, c, g), Qc, Qc).noalias() = Cc * Bc.transpose();
+      }
+    }
     for (const ChunkSet& s : sets) {
 #pragma omp single nowait
       s.r->cs.resize(ncs);
@@ -243,8 +264,12 @@ void chunked_core(const Inputs& in, const Dims& d, const std::vector<double>& de
         detail::MMap Y(&cs.r->y[((b * d.T + t0) * d.H + h) * d.P], Qc, d.P, Eigen::OuterStride<>(d.H * d.P));
         // Intra-chunk (diagonal block), causal with the diagonal.
         if (m != Mutant::no_intra_chunk) {
-          const CMap Cc(&(*cs.Cm)[((b * d.T + t0) * d.G + g) * d.N], Qc, d.N, Eigen::OuterStride<>(d.G * d.N));
-          const RowMat CB = Cc * Bc.transpose();
+          RowMat CBown;
+          if (!share_cb) {
+            const CMap Cc(&(*cs.Cm)[((b * d.T + t0) * d.G + g) * d.N], Qc, d.N, Eigen::OuterStride<>(d.G * d.N));
+            CBown = Cc * Bc.transpose();
+          }
+          const Eigen::Map<const RowMat> CB(share_cb ? cb_at(si, b, c, g) : CBown.data(), Qc, Qc);
           RowMat L = RowMat::Zero(Qc, Qc);
           for (int64_t l = 0; l < Qc; ++l)
             for (int64_t s = 0; s <= l; ++s)
