@@ -20,6 +20,7 @@
 
 #include <Eigen/Dense>
 #include <fmt/format.h>
+#include <omp.h>
 
 #include "reference/core/check.h"
 #include "reference/ssd/ssd_chunk_math.h"
@@ -159,66 +160,166 @@ struct ChunkSet {
 };
 
 // The kernels' decomposition, in passes; every reduction has one fixed order, whatever the
-// number of threads (each work item writes only its own slice):
-//   1. chunk (parallel over (b, h, c), _bmm_chunk_fwd + the diagonal block of _chunk_scan_fwd +
-//      _chunk_state_fwd): CB, Y_diag = (exp(seg) o CB o mask o Delta_s) X, the chunk-local end
-//      state st_c = X^T diag(w) B (in scratch: the zero fill of the chunk states, one thread's
-//      serial work, runs next to this pass), the carry factor of chunk c and the state-to-output
-//      scale of every token;
-//   2. state passing (parallel over (b, h, row p of the state), sequential over c,
-//      _state_passing_fwd): S_start_{c+1} = carry_c S_start_c + st_c (slot c+1, or fin for the
-//      last chunk);
-//   3. state to output (parallel over (b, h, c), the off-diagonal part of _chunk_scan_fwd):
-//      Y[l] += sc_l (C_l . S_start_c);
+// number of threads or the window size (each work item writes only its own slice). The chunks
+// g = b NC + c are taken in windows of nw consecutive ones, so that the passes' products for the
+// later passes stay small and in cache:
+//   1. chunk (parallel over (chunk, h), _bmm_chunk_fwd + the diagonal block of _chunk_scan_fwd +
+//      _chunk_state_fwd): CB (once per group, see below), Y_diag = (exp(seg) o CB o mask o
+//      Delta_s) X, the chunk-local end state st_c = X^T diag(w) B (in scratch for the window), the
+//      carry factor of chunk c and the state-to-output scale of every token;
+//   2. + 3. per (b, h), sequential over the window's chunks of batch row b: state to output (the
+//      off-diagonal part of _chunk_scan_fwd), Y[l] += sc_l (C_l . S_start_c), and state passing
+//      (_state_passing_fwd), S_start_{c+1} = carry_c S_start_c + st_c (slot c+1, or fin for the
+//      last chunk), elementwise;
 //   4. varlen_states (parallel over (sequence, h), chunk_state_varlen).
+// Pass 1 on window w runs next to passes 2 + 3 on window w - 1 and to the zero fills of y and cs
+// (std::vector's serial fill, in pieces, each just ahead of the passes that write it).
 void chunked_core(const Inputs& in, const Dims& d, const std::vector<double>& delta,
                   const std::vector<ChunkSet>& sets, Mutant m, int64_t mutant_chunk) {
-  const int64_t PN = d.P * d.N, hpg = d.H / d.G, items = d.B * d.H * d.NC;
+  const int64_t PN = d.P * d.N, hpg = d.H / d.G, NG = d.B * d.NC;
+  const auto nsets = static_cast<int64_t>(sets.size());
   const bool use_seq = !in.seq_idx.empty() && m != Mutant::no_seq_reset;
-  // Passes 1, 3 and 4 always run inside a parallel region, however small: there OpenBLAS runs each
-  // GEMM on the calling thread, whose result then cannot depend on the thread count (outside a
-  // region a large GEMM is split over the OpenMP pool, and its tiles' summation order with it).
-  const bool par = d.B * d.T * d.H * (d.P + d.N) >= kParallelMin;  // pass 2 (no GEMM)
+  // Every pass runs inside a parallel region, however small: there OpenBLAS runs each GEMM on the
+  // calling thread, whose result then cannot depend on the thread count (outside a region a large
+  // GEMM is split over the OpenMP pool, and its tiles' summation order with it).
   const size_t ny = d.B * d.T * d.H * d.P, ncs = d.B * d.NC * d.H * PN;
-  std::vector<Scratch> st;  // per set, [B, NC, H, P, N]: st_c of every chunk (pass 1 writes all)
   for (const ChunkSet& s : sets) {
     Core& r = *s.r;
     reserve_prefaulted(r.y, ny);
     reserve_prefaulted(r.cs, ncs);
     r.fin.assign(d.B * d.H * PN, 0.0);
     r.vs.assign(num_seqs(in) * d.H * PN, 0.0);
-    st.push_back(scratch(ncs));
   }
-  if (sets.size() == 1) resize_concurrently({{&sets[0].r->y, ny}});  // (pass 1 writes y)
-  else resize_concurrently({{&sets[0].r->y, ny}, {&sets[1].r->y, ny}});
+  // Windows of nw chunks (only the speed depends on nw): a few pass-1 items per thread.
+  const int64_t nth = omp_get_max_threads();
+  const int64_t nw = std::clamp<int64_t>((4 * nth + d.H - 1) / d.H, 1, std::max<int64_t>(NG, 1));
+  const int64_t nwin = (NG + nw - 1) / nw;
+  // st_c of two windows' chunks (window w in slots [(w % 2) nw, (w % 2 + 1) nw)), [2 nw, sets, H,
+  // P, N], kept between calls (pass 1 writes every st_c before passes 2 + 3 read it).
+  thread_local ReusedScratch st_ws;
+  double* const st = st_ws.get(2 * nw * nsets * d.H * PN);
+  auto st_at = [&](int64_t slot, int64_t si, int64_t h) { return st + ((slot * nsets + si) * d.H + h) * PN; };
   auto group = [&](int64_t h) { return m == Mutant::group_mod ? h % d.G : h / hpg; };
   auto seq = [&](int64_t b, int64_t t) { return use_seq ? in.seq_idx[b * d.T + t] : int64_t{0}; };
   // The kernels' running id before chunk c: the id of the last token of chunk c-1 (0 for c = 0).
   auto seq_before = [&](int64_t b, int64_t c) { return c == 0 ? int64_t{0} : seq(b, c * d.Q - 1); };
-  // Chunk-start state slot c of (b, h), and where the chunk-local state of chunk c goes.
-  auto cs_at = [&](Core& r, int64_t b, int64_t c, int64_t h) {
-    return &r.cs[((b * d.NC + c) * d.H + h) * PN];
+  // Chunk-start state slot c of (b, h), and where S_start_{c+1} goes (raw pointers: the vectors
+  // are reserved, and the fills below never reallocate).
+  std::vector<double*> y_of(nsets), cs_of(nsets);
+  for (int64_t si = 0; si < nsets; ++si) y_of[si] = sets[si].r->y.data(), cs_of[si] = sets[si].r->cs.data();
+  auto cs_at = [&](int64_t si, int64_t b, int64_t c, int64_t h) {
+    return cs_of[si] + ((b * d.NC + c) * d.H + h) * PN;
   };
-  auto next_at = [&](Core& r, int64_t b, int64_t c, int64_t h) {  // where S_start_{c+1} goes
-    return c + 1 < d.NC ? cs_at(r, b, c + 1, h) : &r.fin[(b * d.H + h) * PN];
+  auto next_at = [&](int64_t si, int64_t b, int64_t c, int64_t h) {
+    return c + 1 < d.NC ? cs_at(si, b, c + 1, h) : &sets[si].r->fin[(b * d.H + h) * PN];
   };
   std::vector<double> carry(d.B * d.H * d.NC);  // [B, H, NC]: S_start_{c+1} = carry S_start_c + st_c
   std::vector<double> off_scale(d.B * d.T * d.H);  // [B, T, H]: the Y_off factor of each token
+  // The fills' ends: y through window w's last token, cs through the slot after its last chunk.
+  auto y_end = [&](int64_t w) -> size_t {
+    const int64_t g = std::min(NG, (w + 1) * nw) - 1;
+    return (g / d.NC * d.T + std::min(d.T, (g % d.NC + 1) * d.Q)) * d.H * d.P;
+  };
+  auto cs_end = [&](int64_t w) -> size_t { return std::min(NG, (w + 1) * nw + 1) * d.H * PN; };
 
   // CB = C B^T of a chunk depends on the group only: with several heads per group it is computed
   // once per (set, b, chunk, group), before pass 1, into CBs [sets, B, NC, G, Q, Q].
   const bool share_cb = hpg > 1 && m != Mutant::no_intra_chunk;
   thread_local ReusedScratch cb_ws;
-  double* const CBs = share_cb ? cb_ws.get(sets.size() * d.B * d.NC * d.G * d.Q * d.Q) : nullptr;
-  auto cb_at = [&](size_t si, int64_t b, int64_t c, int64_t g) {
+  double* const CBs = share_cb ? cb_ws.get(nsets * d.B * d.NC * d.G * d.Q * d.Q) : nullptr;
+  auto cb_at = [&](int64_t si, int64_t b, int64_t c, int64_t g) {
     return CBs + (((si * d.B + b) * d.NC + c) * d.G + g) * d.Q * d.Q;
   };
 
-  // 1. Per chunk: Y_diag, st_c, carry_c, off_scale; one thread each zero-fills a set's cs first.
+  // 1. Chunk g, head h: Y_diag, st_c (into slot), carry_c, off_scale.
+  auto pass1 = [&](int64_t gc, int64_t h, int64_t slot) {
+    const int64_t b = gc / d.NC, c = gc % d.NC, bh = b * d.H + h, g = group(h);
+    const int64_t t0 = c * d.Q, Qc = std::min(d.Q, d.T - t0);
+    const double A = in.A[h];
+    std::vector<double> a(Qc), dl(Qc), acum(Qc);
+    for (int64_t l = 0; l < Qc; ++l) {
+      dl[l] = delta[(b * d.T + t0 + l) * d.H + h];
+      a[l] = dl[l] * A;
+    }
+    // seg(l, s) = sum_{k=s+1..l} a_k and acum_l (ssd_chunk_math.h).
+    RowMat seg;
+    detail::segment_sums(a, seg, acum);
+    // The decay mask exp(seg) o mask_{s<=l, same seq}, shared by both sets.
+    RowMat E = RowMat::Zero(Qc, Qc);
+    if (m != Mutant::no_intra_chunk)
+      for (int64_t l = 0; l < Qc; ++l)
+        for (int64_t s = 0; s < (m == Mutant::strict_intra_mask ? l : l + 1); ++s)
+          if (seq(b, t0 + l) == seq(b, t0 + s)) E(l, s) = std::exp(seg(l, s));
+    // Weights of the chunk-local end state of the chunk's last sequence.
+    const int64_t seq_end = seq(b, t0 + Qc - 1), seq_end_prev = seq_before(b, c);
+    Eigen::VectorXd w(Qc);
+    for (int64_t s = 0; s < Qc; ++s)
+      w[s] = seq(b, t0 + s) == seq_end ? std::exp(seg(Qc - 1, s)) * dl[s] : 0.0;
+    for (int64_t si = 0; si < nsets; ++si) {
+      const ChunkSet& cs = sets[si];
+      const CMap X(&(*cs.x)[((b * d.T + t0) * d.H + h) * d.P], Qc, d.P, Eigen::OuterStride<>(d.H * d.P));
+      const CMap Bc(&(*cs.Bm)[((b * d.T + t0) * d.G + g) * d.N], Qc, d.N, Eigen::OuterStride<>(d.G * d.N));
+      detail::MMap Y(&y_of[si][((b * d.T + t0) * d.H + h) * d.P], Qc, d.P, Eigen::OuterStride<>(d.H * d.P));
+      // Intra-chunk (diagonal block), causal with the diagonal.
+      if (m != Mutant::no_intra_chunk) {
+        RowMat CBown;
+        if (!share_cb) {
+          const CMap Cc(&(*cs.Cm)[((b * d.T + t0) * d.G + g) * d.N], Qc, d.N, Eigen::OuterStride<>(d.G * d.N));
+          CBown = Cc * Bc.transpose();
+        }
+        const Eigen::Map<const RowMat> CB(share_cb ? cb_at(si, b, c, g) : CBown.data(), Qc, Qc);
+        RowMat L = RowMat::Zero(Qc, Qc);
+        for (int64_t l = 0; l < Qc; ++l)
+          for (int64_t s = 0; s <= l; ++s)
+            if (E(l, s) != 0.0) L(l, s) = E(l, s) * CB(l, s) * dl[s];
+        Y.noalias() = L * X;
+      }  // else Y stays 0 (no_intra_chunk)
+      // Chunk-local end state st_c = X^T diag(w) B, (P, N).
+      const RowMat Xw = w.asDiagonal() * X;
+      Eigen::Map<RowMat>(st_at(slot, si, h), d.P, d.N).noalias() = Xw.transpose() * Bc;
+    }
+    // State passing factor of this chunk.
+    double cf = seq_end == seq_end_prev ? std::exp(acum[Qc - 1]) : 0.0;
+    if (m == Mutant::state_passing_no_decay && (mutant_chunk < 0 || c + 1 == mutant_chunk))
+      cf = seq_end == seq_end_prev ? 1.0 : 0.0;
+    if (m == Mutant::no_state_passing) cf = 0.0;
+    carry[bh * d.NC + c] = cf;
+    // State-to-output scale, own step's decay included (Acum inclusive).
+    for (int64_t l = 0; l < Qc; ++l)
+      off_scale[(b * d.T + t0 + l) * d.H + h] =
+          seq(b, t0 + l) == seq_end_prev
+              ? std::exp(m == Mutant::off_exclusive_decay ? acum[l] - a[l] : acum[l])
+              : 0.0;
+  };
+
+  // 2. + 3. Batch row b, head h, chunks [cb, ce) of row b (chunk cb in slot slot0), in order.
+  auto pass23 = [&](int64_t b, int64_t h, int64_t cb, int64_t ce, int64_t slot0) {
+    const int64_t bh = b * d.H + h, g = group(h);
+    for (int64_t c = cb; c < ce; ++c) {
+      const int64_t t0 = c * d.Q, Qc = std::min(d.Q, d.T - t0), slot = slot0 + c - cb;
+      for (int64_t si = 0; si < nsets; ++si) {
+        const ChunkSet& cs = sets[si];
+        if (c == 0 && !cs.h0->empty()) std::copy_n(&(*cs.h0)[bh * PN], PN, cs_at(si, b, 0, h));
+        const double* S = cs_at(si, b, c, h);
+        // State to output.
+        const CMap Cc(&(*cs.Cm)[((b * d.T + t0) * d.G + g) * d.N], Qc, d.N, Eigen::OuterStride<>(d.G * d.N));
+        detail::MMap Y(&y_of[si][((b * d.T + t0) * d.H + h) * d.P], Qc, d.P, Eigen::OuterStride<>(d.H * d.P));
+        const RowMat off = Cc * CMap(S, d.P, d.N, Eigen::OuterStride<>(d.N)).transpose();  // (Qc, P)
+        for (int64_t l = 0; l < Qc; ++l) Y.row(l) += off_scale[(b * d.T + t0 + l) * d.H + h] * off.row(l);
+        // State passing, elementwise (each element of the state is its own scan).
+        const double* stc = st_at(slot, si, h);
+        double* next = next_at(si, b, c, h);
+        const double cf = carry[bh * d.NC + c];
+        for (int64_t x = 0; x < PN; ++x) next[x] = cf * S[x] + stc[x];
+      }
+    }
+  };
+
+  for (const ChunkSet& s : sets) s.r->y.resize(nwin ? y_end(0) : 0);  // (pass 1 on window 0 writes it)
 #pragma omp parallel
   {
     if (share_cb) {
-      const auto ncb = static_cast<int64_t>(sets.size()) * d.B * d.NC * d.G;
+      const int64_t ncb = nsets * d.B * d.NC * d.G;
 #pragma omp for schedule(dynamic)
       for (int64_t it = 0; it < ncb; ++it) {
         const int64_t g = it % d.G, c = it / d.G % d.NC, b = it / (d.G * d.NC) % d.B, si = it / (d.G * d.NC * d.B);
@@ -229,104 +330,34 @@ void chunked_core(const Inputs& in, const Dims& d, const std::vector<double>& de
         Eigen::Map<RowMat>(cb_at(si, b, c, g), Qc, Qc).noalias() = Cc * Bc.transpose();
       }
     }
-    for (const ChunkSet& s : sets) {
-#pragma omp single nowait
-      s.r->cs.resize(ncs);
-    }
-#pragma omp for schedule(dynamic) nowait
-    for (int64_t it = 0; it < items; ++it) {
-      const int64_t c = it % d.NC, bh = it / d.NC, b = bh / d.H, h = bh % d.H, g = group(h);
-      const int64_t t0 = c * d.Q, Qc = std::min(d.Q, d.T - t0);
-      const double A = in.A[h];
-      std::vector<double> a(Qc), dl(Qc), acum(Qc);
-      for (int64_t l = 0; l < Qc; ++l) {
-        dl[l] = delta[(b * d.T + t0 + l) * d.H + h];
-        a[l] = dl[l] * A;
-      }
-      // seg(l, s) = sum_{k=s+1..l} a_k and acum_l (ssd_chunk_math.h).
-      RowMat seg;
-      detail::segment_sums(a, seg, acum);
-      // The decay mask exp(seg) o mask_{s<=l, same seq}, shared by both sets.
-      RowMat E = RowMat::Zero(Qc, Qc);
-      if (m != Mutant::no_intra_chunk)
-        for (int64_t l = 0; l < Qc; ++l)
-          for (int64_t s = 0; s < (m == Mutant::strict_intra_mask ? l : l + 1); ++s)
-            if (seq(b, t0 + l) == seq(b, t0 + s)) E(l, s) = std::exp(seg(l, s));
-      // Weights of the chunk-local end state of the chunk's last sequence.
-      const int64_t seq_end = seq(b, t0 + Qc - 1), seq_end_prev = seq_before(b, c);
-      Eigen::VectorXd w(Qc);
-      for (int64_t s = 0; s < Qc; ++s)
-        w[s] = seq(b, t0 + s) == seq_end ? std::exp(seg(Qc - 1, s)) * dl[s] : 0.0;
-      for (size_t si = 0; si < sets.size(); ++si) {
-        const ChunkSet& cs = sets[si];
-        const CMap X(&(*cs.x)[((b * d.T + t0) * d.H + h) * d.P], Qc, d.P, Eigen::OuterStride<>(d.H * d.P));
-        const CMap Bc(&(*cs.Bm)[((b * d.T + t0) * d.G + g) * d.N], Qc, d.N, Eigen::OuterStride<>(d.G * d.N));
-        detail::MMap Y(&cs.r->y[((b * d.T + t0) * d.H + h) * d.P], Qc, d.P, Eigen::OuterStride<>(d.H * d.P));
-        // Intra-chunk (diagonal block), causal with the diagonal.
-        if (m != Mutant::no_intra_chunk) {
-          RowMat CBown;
-          if (!share_cb) {
-            const CMap Cc(&(*cs.Cm)[((b * d.T + t0) * d.G + g) * d.N], Qc, d.N, Eigen::OuterStride<>(d.G * d.N));
-            CBown = Cc * Bc.transpose();
-          }
-          const Eigen::Map<const RowMat> CB(share_cb ? cb_at(si, b, c, g) : CBown.data(), Qc, Qc);
-          RowMat L = RowMat::Zero(Qc, Qc);
-          for (int64_t l = 0; l < Qc; ++l)
-            for (int64_t s = 0; s <= l; ++s)
-              if (E(l, s) != 0.0) L(l, s) = E(l, s) * CB(l, s) * dl[s];
-          Y.noalias() = L * X;
-        }  // else Y stays 0 (no_intra_chunk)
-        // Chunk-local end state st_c = X^T diag(w) B, (P, N).
-        const RowMat Xw = w.asDiagonal() * X;
-        Eigen::Map<RowMat>(&st[si][((b * d.NC + c) * d.H + h) * PN], d.P, d.N).noalias() = Xw.transpose() * Bc;
-      }
-      // State passing factor of this chunk.
-      double cf = seq_end == seq_end_prev ? std::exp(acum[Qc - 1]) : 0.0;
-      if (m == Mutant::state_passing_no_decay && (mutant_chunk < 0 || c + 1 == mutant_chunk))
-        cf = seq_end == seq_end_prev ? 1.0 : 0.0;
-      if (m == Mutant::no_state_passing) cf = 0.0;
-      carry[bh * d.NC + c] = cf;
-      // State-to-output scale, own step's decay included (Acum inclusive).
-      for (int64_t l = 0; l < Qc; ++l)
-        off_scale[(b * d.T + t0 + l) * d.H + h] =
-            seq(b, t0 + l) == seq_end_prev
-                ? std::exp(m == Mutant::off_exclusive_decay ? acum[l] - a[l] : acum[l])
-                : 0.0;
-    }
-  }  // (the region's end waits for the fills and for every chunk)
-
-  // 2. State passing, elementwise along c (each element of the state is its own scan).
-#pragma omp parallel for schedule(static) if (par)
-  for (int64_t it = 0; it < d.B * d.H * d.P; ++it) {
-    const int64_t bh = it / d.P, b = bh / d.H, h = bh % d.H, p = it % d.P;
-    for (size_t si = 0; si < sets.size(); ++si) {
-      const ChunkSet& cs = sets[si];
-      Core& r = *cs.r;
-      double* S0 = cs_at(r, b, 0, h) + p * d.N;
-      if (!cs.h0->empty()) std::copy_n(&(*cs.h0)[bh * PN + p * d.N], d.N, S0);
-      for (int64_t c = 0; c < d.NC; ++c) {
-        const double* S = cs_at(r, b, c, h) + p * d.N;
-        const double* stc = &st[si][((b * d.NC + c) * d.H + h) * PN + p * d.N];
-        double* next = next_at(r, b, c, h) + p * d.N;
-        const double cf = carry[bh * d.NC + c];
-        for (int64_t n = 0; n < d.N; ++n) next[n] = cf * S[n] + stc[n];
+    // Step w (w = 0 .. nwin): passes 2 + 3 on window w - 1, the fills (y through window w + 1,
+    // cs through window w) and pass 1 on window w, as one list of work items.
+    for (int64_t w = 0; w <= nwin; ++w) {
+      const int64_t g0 = w * nw, g1 = std::min(NG, g0 + nw), n1 = w < nwin ? (g1 - g0) * d.H : 0;
+      const int64_t p0 = (w - 1) * nw, p1 = std::min(NG, p0 + nw);
+      const int64_t b0 = w > 0 ? p0 / d.NC : 0, n23 = w > 0 ? ((p1 - 1) / d.NC + 1 - b0) * d.H : 0;
+      const int64_t nfill = w < nwin ? 2 * nsets : 0;
+#pragma omp for schedule(dynamic)
+      for (int64_t job = 0; job < n23 + nfill + n1; ++job) {
+        if (job < n23) {
+          const int64_t b = b0 + job / d.H, cb = std::max(p0, b * d.NC) - b * d.NC;
+          const int64_t ce = std::min(p1, (b + 1) * d.NC) - b * d.NC;
+          pass23(b, job % d.H, cb, ce, (w - 1) % 2 * nw + b * d.NC + cb - p0);
+        } else if (job < n23 + nfill) {
+          const int64_t f = job - n23;
+          Core& r = *sets[f / 2].r;
+          if (f % 2 == 0)
+            r.y.resize(y_end(std::min(w + 1, nwin - 1)));
+          else
+            r.cs.resize(cs_end(w));
+        } else {
+          const int64_t j = job - n23 - nfill;
+          pass1(g0 + j / d.H, j % d.H, w % 2 * nw + j / d.H);
+        }
       }
     }
   }
-
-  // 3. State to output.
-#pragma omp parallel for schedule(dynamic)
-  for (int64_t it = 0; it < items; ++it) {
-    const int64_t c = it % d.NC, bh = it / d.NC, b = bh / d.H, h = bh % d.H, g = group(h);
-    const int64_t t0 = c * d.Q, Qc = std::min(d.Q, d.T - t0);
-    for (const ChunkSet& cs : sets) {
-      const CMap Cc(&(*cs.Cm)[((b * d.T + t0) * d.G + g) * d.N], Qc, d.N, Eigen::OuterStride<>(d.G * d.N));
-      const CMap S(cs_at(*cs.r, b, c, h), d.P, d.N, Eigen::OuterStride<>(d.N));
-      detail::MMap Y(&cs.r->y[((b * d.T + t0) * d.H + h) * d.P], Qc, d.P, Eigen::OuterStride<>(d.H * d.P));
-      const RowMat off = Cc * S.transpose();  // (Qc, P)
-      for (int64_t l = 0; l < Qc; ++l) Y.row(l) += off_scale[(b * d.T + t0 + l) * d.H + h] * off.row(l);
-    }
-  }
+  for (const ChunkSet& s : sets) s.r->y.resize(ny), s.r->cs.resize(ncs);  // (no-ops but for T = 0)
 
   // 4. Per-sequence final states (B == 1), the chunk_state_varlen way: a chunk-local sum over the
   // sequence's tokens in the chunk c holding its last token, plus the decayed start state of
@@ -339,7 +370,8 @@ void chunked_core(const Inputs& in, const Dims& d, const std::vector<double>& de
     if (end == start) continue;  // empty sequence: state 0
     const int64_t c = (end - 1) / d.Q, t0 = c * d.Q, s0 = std::max(start - t0, int64_t{0});
     const int64_t e = end - t0;
-    for (const ChunkSet& cs : sets) {
+    for (int64_t si = 0; si < nsets; ++si) {
+      const ChunkSet& cs = sets[si];
       Core& r = *cs.r;
       Eigen::Map<RowMat> V(&r.vs[(n * d.H + h) * PN], d.P, d.N);
       double acc = 0;  // sum_{k=s+1..e-1} a_k
@@ -353,7 +385,7 @@ void chunked_core(const Inputs& in, const Dims& d, const std::vector<double>& de
         acc += dls * in.A[h];
       }
       if (start < t0 || n == 0)
-        V += std::exp(acc) * CMap(cs_at(r, b, c, h), d.P, d.N, Eigen::OuterStride<>(d.N));
+        V += std::exp(acc) * CMap(cs_at(si, b, c, h), d.P, d.N, Eigen::OuterStride<>(d.N));
     }
   }
 }
