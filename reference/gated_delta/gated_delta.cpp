@@ -13,6 +13,7 @@
 #include <omp.h>
 
 #include "reference/core/prefault.h"
+#include "reference/core/tile_gemm.h"
 
 #include "reference/core/check.h"
 #include "reference/gated_delta/gated_delta_state.h"
@@ -635,9 +636,11 @@ Result recurrent(const Params& p, const Inputs& in) {
 // Decomposition (fla's chunk kernels), in two passes over each window of consecutive chunks (the
 // windows one after the other, so that the passes' products for pass 2 stay small and in cache);
 // each work item writes only its own slice and every reduction has one fixed order, so the result
-// depends neither on the thread count nor on the window size (the passes always run inside a
-// parallel region, however small, where OpenBLAS runs each GEMM on the calling thread; outside one
-// a large GEMM is split over the OpenMP pool, and its tiles' summation order with it):
+// depends neither on the thread count nor on the window size. The products are tile_gemm's
+// (reference/core/tile_gemm.h), not BLAS: each element one fused multiply-add chain in ascending
+// order (from u for v_new, from the decayed h for h_{c+1}, from e^G (Q h) for the output), the
+// same bits on every ISA and with or without OpenBLAS; the triangular operands (T, M) skip their
+// zero terms, and only the lower triangles of k k^T and q k^T are computed:
 //   1. per chunk, parallel over (chunk, hv) (chunk_scaled_dot_kkt, solve_tril, recompute_w_u, and
 //      chunk_fwd_o's intra-chunk matrix): A, T = (I + A)^-1, w = T (beta e^G K), u = T (beta V),
 //      M = (Q K^T) o exp(G_i - G_j) (diagonal included), the decays;
@@ -787,15 +790,18 @@ Result chunked(const Params& p, const Inputs& in) {
     Mat E(L, L);
     for (int64_t i = 0; i < L; ++i)
       for (int64_t j = 0; j <= i; ++j) E(i, j) = std::exp(D(i, j));
-    // KKt; with emulation, chunk_scaled_dot_kkt's operand beta k cast to k.dtype (beta then inside).
-    Mat KKt;
+    // k^T (K x L), the right operand of both k k^T and q k^T.
+    Mat Kt = Kc.transpose();
+    // KKt (only j < i is read); with emulation, chunk_scaled_dot_kkt's operand beta k cast to
+    // k.dtype (beta then inside).
+    Mat KKt(L, L);
     if (inter) {
       Mat Kb = Kc;
       for (int64_t i = 0; i < L; ++i) Kb.row(i) *= b(i);
       rnd(Kb, inter);
-      KKt = Kb * Kc.transpose();
+      tile_gemm(L, L, K, Kb.data(), K, 1, Kt.data(), L, KKt.data(), L, {.c_lower = true});
     } else {
-      KKt = Kc * Kc.transpose();
+      tile_gemm(L, L, K, Kc.data(), K, 1, Kt.data(), L, KKt.data(), L, {.c_lower = true});
     }
     // A, strictly lower.
     Mat A = Mat::Zero(L, L);
@@ -818,8 +824,9 @@ Result chunked(const Params& p, const Inputs& in) {
     rnd(bV, inter);  // recompute_w_u casts beta v and beta e^G k to v/k.dtype before the dots with T
     rnd(bK, inter);
     Eigen::Map<Mat> u(&U[slot * C * V], L, V), w(&W[slot * C * K], L, K);
-    u.noalias() = Tm * bV;  // (straight into the window's rows)
-    w.noalias() = Tm * bK;
+    // (straight into the window's rows; T is lower triangular)
+    tile_gemm(L, V, L, Tm.data(), L, 1, bV.data(), V, u.data(), V, {.a_lower = true});
+    tile_gemm(L, K, L, Tm.data(), L, 1, bK.data(), K, w.data(), K, {.a_lower = true});
     rnd(u, inter);
     rnd(w, inter);
     for (int64_t j = 0; j < L; ++j) {
@@ -829,7 +836,7 @@ Result chunked(const Params& p, const Inputs& in) {
     eglast[slot] = std::exp(Gin(L - 1));
     // The intra-chunk output matrix: q k^T with the decay mask, diagonal included.
     Eigen::Map<Mat> M(&Mq[slot * C * C], L, L);
-    M.noalias() = Qc * Kc.transpose();
+    tile_gemm(L, L, K, Qc.data(), K, 1, Kt.data(), L, M.data(), L, {.c_lower = true});  // (j > i: zeroed below)
     for (int64_t i = 0; i < L; ++i) {
       const int64_t jmax = mu == Mutant::strict_output_mask ? i - 1 : i;
       for (int64_t j = 0; j <= jmax; ++j) M(i, j) *= E(i, j);
@@ -874,28 +881,32 @@ Result chunked(const Params& p, const Inputs& in) {
       const Eigen::Map<const Mat> Wc(&W[slot * C * K], L, K), M(&Mq[slot * C * C], L, L);
       const Eigen::Map<const Mat> Kc(&Kw[(lc * H + h) * C * K], L, K), Qc(&Qw[(lc * H + h) * C * K], L, K);
       // v_new = u - w h, in place of this block's columns of u (fp32 in the kernel; the state
-      // update reads this one).
+      // update reads this one): each element one chain from u.
       MMapS vnew_acc(&U[slot * C * V + j0], L, nb, Eigen::OuterStride<>(V));
-      vnew_acc.noalias() -= Wc * Sh;
-      // Output (chunk_fwd_o): o = scale [e^G (Q h) + M v_new], v_new as stored.
-      Mat QS = Qc * Sh;
+      tile_gemm(L, nb, K, Wc.data(), K, 1, Sh.data(), nb, vnew_acc.data(), V, {.accumulate = true, .negate = true});
+      // Output (chunk_fwd_o): o = scale [e^G (Q h) + M v_new], v_new as stored: the chain of M v_new
+      // starts from the scaled e^G (Q h) (M is lower triangular).
+      Mat QS(L, nb);
+      tile_gemm(L, nb, K, Qc.data(), K, 1, Sh.data(), nb, QS.data(), nb);
       for (int64_t i = 0; i < L; ++i) QS.row(i) *= eG[slot * C + i];
       MMapS o(&o_all[(ch.tok0 * HV + hv) * V + j0], L, nb, Eigen::OuterStride<>(HV * V));
       if (inter) {
         Mat vr = vnew_acc;
         rnd(vr, inter);
-        o = P.scale * (QS + M * vr);
+        tile_gemm(L, nb, L, M.data(), L, 1, vr.data(), nb, QS.data(), nb, {.accumulate = true, .a_lower = true});
       } else {
-        o = P.scale * (QS + M * vnew_acc);
+        tile_gemm(L, nb, L, M.data(), L, 1, vnew_acc.data(), V, QS.data(), nb, {.accumulate = true, .a_lower = true});
       }
-      // State update: S <- e^{G_last} S0 + K^T (exp(D(L-1, j)) vn_j), both in place.
+      o = P.scale * QS;
+      // State update: S <- e^{G_last} S0 + K^T (exp(D(L-1, j)) vn_j), both in place (each element
+      // of S one chain from its decayed value).
       MMapS& dV = vnew_acc;
       for (int64_t j = 0; j < L; ++j) dV.row(j) *= dlast[slot * C + j];
       rnd(dV, inter);
       const bool no_decay = p.mutant == Mutant::carry_without_decay &&
                             (p.mutant_chunk < 0 || ci + 1 - P.chunk_off[n] == p.mutant_chunk);
       S *= no_decay ? 1.0 : eglast[slot];
-      S.noalias() += Kc.transpose() * dV;
+      tile_gemm(K, nb, L, Kc.data(), 1, K, dV.data(), V, S.data(), nb, {.accumulate = true});
     }
     if (ce == P.chunk_off[n + 1]) {  // the sequence's last chunk: the final state
       double* fs = r.final_state.data() + (n * HV + hv) * KV;
