@@ -7,7 +7,10 @@ shapes (read from each benchmark's label) with torch.set_num_threads(t), and pri
 
   | oracle (shape) | torch reference | 1 thread: assay / torch | N threads: assay / torch |
 
-with the ratio assay time / torch time (< 1: the oracle is faster). The torch references were
+with the ratio assay time / torch time (< 1: the oracle is faster), then the oracles' scaling from
+the fewest to the most threads. --repeat N runs N rounds (each round: every thread count, the
+bench binary then the torch references right after it) and prints medians: single-thread speed
+on shared VMs drifts between repeats, and a round keeps both sides of a ratio close in time. The torch references were
 written for this project (not copied from upstream), each in the algorithm shape people use as
 "the PyTorch fp64 reference":
   * SDPA through the math backend (sdpa_kernel(SDPBackend.MATH)), forward, and its autograd
@@ -32,6 +35,7 @@ import json
 import math
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -380,6 +384,8 @@ def main():
     ap.add_argument("--json", metavar="FILE", help="also write every number as JSON to FILE")
     ap.add_argument("--filter", default="", help="regex restricting the benchmarks (e.g. gated_delta)")
     ap.add_argument("--no-crosscheck", action="store_true", help="skip the tiny-case cross-check")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="rounds of (every thread count: bench_oracles, then torch); cells are medians")
     args = ap.parse_args()
 
     try:
@@ -394,6 +400,8 @@ def main():
             raise ValueError
     except ValueError:
         die(f"--threads {args.threads!r}: need a comma-separated list of positive integers")
+    if args.repeat < 1:
+        die(f"--repeat {args.repeat}: need a positive integer")
     refs = make_refs(torch)
     mode = "quick" if args.quick else "full"
     filt = (f"{args.filter}.*" if args.filter else "") + f"/{mode}(/|$)"
@@ -409,28 +417,40 @@ def main():
               f"{CROSSCHECK_LIMIT:g}): " + ", ".join(f"{k} {v:.1e}" for k, v in xres.items())
               + (" FAILED" if failed else " OK"))
 
-    table = {}  # base name -> {threads: {...}}
+    # Rounds: every thread count in turn, bench_oracles then the torch references right after it,
+    # so that a slow phase of the machine (these VMs' single-thread speed drifts by up to 1.5x)
+    # hits both sides of a ratio; with --repeat N each cell is the median of N rounds.
+    samples = {}  # (base, threads) -> list of per-round entries
     contexts = {}
-    torch_cache = {}
-    for nt in threads:
-        ctx, runs = run_bench(args.bench, filt, nt)
-        contexts[nt] = ctx
-        torch.set_num_threads(nt)
-        for base, row_name, key in ROWS:
-            if base not in runs:
-                continue
-            run = runs[base]
-            tsec = None
-            if key is not None:
-                ck = (key, run["label"], nt)
-                if ck not in torch_cache:
-                    print(f"[torch {TORCH_NAMES[key]}, {nt} thread(s), {run['label']}]", file=sys.stderr, flush=True)
-                    torch_cache[ck] = time_fn(torch_timer(torch, refs, key, parse_label(run["label"])), min_time)
-                tsec = torch_cache[ck]
-            table.setdefault(base, {})[nt] = {
-                "bench": run["name"], "shape": run["label"], "assay_s": run["seconds"], "torch_s": tsec,
-                "ratio": run["seconds"] / tsec if tsec else None, "gflops": run["gflops"],
-                "of_dgemm": run["of_dgemm"]}
+    for rnd in range(args.repeat):
+        for nt in threads:
+            ctx, runs = run_bench(args.bench, filt, nt)
+            contexts[nt] = ctx
+            torch.set_num_threads(nt)
+            torch_cache = {}
+            for base, row_name, key in ROWS:
+                if base not in runs:
+                    continue
+                run = runs[base]
+                tsec = None
+                if key is not None:
+                    ck = (key, run["label"])
+                    if ck not in torch_cache:
+                        print(f"[torch {TORCH_NAMES[key]}, {nt} thread(s), {run['label']}, round {rnd + 1}]",
+                              file=sys.stderr, flush=True)
+                        torch_cache[ck] = time_fn(torch_timer(torch, refs, key, parse_label(run["label"])), min_time)
+                    tsec = torch_cache[ck]
+                samples.setdefault((base, nt), []).append({
+                    "bench": run["name"], "shape": run["label"], "assay_s": run["seconds"], "torch_s": tsec,
+                    "gflops": run["gflops"], "of_dgemm": run["of_dgemm"]})
+    table = {}  # base name -> {threads: {...}} (medians over the rounds)
+    for (base, nt), ents in samples.items():
+        med = lambda k: statistics.median(e[k] for e in ents) if all(e[k] is not None for e in ents) else None
+        a, t = med("assay_s"), med("torch_s")
+        table.setdefault(base, {})[nt] = {
+            "bench": ents[0]["bench"], "shape": ents[0]["shape"], "assay_s": a, "torch_s": t,
+            "ratio": a / t if t else None, "gflops": med("gflops"), "of_dgemm": med("of_dgemm"),
+            "rounds": {"assay_s": [e["assay_s"] for e in ents], "torch_s": [e["torch_s"] for e in ents]}}
 
     heads = [f"{nt} thread{'s' if nt > 1 else ''}: assay / torch" for nt in threads]
     print()
@@ -457,11 +477,21 @@ def main():
                           "threads": {str(nt): v for nt, v in per.items()}})
     print()
     print("assay / torch: wall time per call of the oracle form / of the torch reference at the same "
-          "shape and thread count (< 1: the oracle is faster).")
+          "shape and thread count (< 1: the oracle is faster)"
+          + (f"; medians of {args.repeat} rounds." if args.repeat > 1 else "."))
+    if len(threads) > 1:
+        lo, hi = min(threads), max(threads)
+        parts = []
+        for base, row_name, key in ROWS:
+            per = table.get(base, {})
+            if lo in per and hi in per and per[hi]["assay_s"]:
+                parts.append(f"{row_name} {per[lo]['assay_s'] / per[hi]['assay_s']:.1f}x")
+        if parts:
+            print(f"assay scaling {lo} -> {hi} threads (wall time at {lo} / at {hi}): " + ", ".join(parts))
 
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"mode": mode, "threads": threads, "nproc": nproc, "torch": torch.__version__,
+            json.dump({"mode": mode, "threads": threads, "repeat": args.repeat, "nproc": nproc, "torch": torch.__version__,
                        "bench": args.bench, "bench_context": {str(k): v for k, v in contexts.items()},
                        "crosscheck": xres, "crosscheck_limit": CROSSCHECK_LIMIT, "rows": rows_json}, f, indent=1)
     return 1 if failed else 0
