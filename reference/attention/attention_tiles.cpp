@@ -7,11 +7,6 @@
 #include <cmath>
 #include <limits>
 
-#if defined(__GNUC__) && defined(__x86_64__)
-#define ASSAY_TILES_X86 1
-#include <immintrin.h>
-#endif
-
 #define ASSAY_UNROLL _Pragma("GCC unroll 16")
 
 // exp of arguments <= 0 (the online softmax's x - m), the same IEEE operations on every ISA:
@@ -34,22 +29,14 @@ constexpr double kC[14] = {1.0, 1.0, 0.5, 1.0 / 6.0, 1.0 / 24.0, 1.0 / 120.0, 1.
 namespace assay::attention::detail {
 namespace {
 
-#ifdef ASSAY_TILES_X86
+#ifdef ASSAY_SIMD_X86
 #pragma GCC push_options
 #pragma GCC target("avx512f")
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12's masked-intrinsic false positive
 namespace avx512 {
-constexpr int kW = 8, kMR = 4, kNP = 4;
-using Vd = __m512d;
-inline Vd vzero() { return _mm512_setzero_pd(); }
-inline Vd vset1(double x) { return _mm512_set1_pd(x); }
-inline Vd vload(const double* p) { return _mm512_loadu_pd(p); }
-inline void vstore(double* p, Vd v) { _mm512_storeu_pd(p, v); }
-inline Vd vfma(Vd a, Vd b, Vd c) { return _mm512_fmadd_pd(a, b, c); }
-inline Vd vmul(Vd a, Vd b) { return _mm512_mul_pd(a, b); }
-inline Vd vadd(Vd a, Vd b) { return _mm512_add_pd(a, b); }
-inline Vd vsub(Vd a, Vd b) { return _mm512_sub_pd(a, b); }
+using namespace simd::avx512;
+constexpr int kMR = 4, kNP = 4;
 inline Vd vexp(Vd z) {
   using namespace expc;
   z = _mm512_max_pd(vset1(kLo), z);
@@ -68,16 +55,8 @@ inline Vd vexp(Vd z) {
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
 namespace avx2 {
-constexpr int kW = 4, kMR = 2, kNP = 2;
-using Vd = __m256d;
-inline Vd vzero() { return _mm256_setzero_pd(); }
-inline Vd vset1(double x) { return _mm256_set1_pd(x); }
-inline Vd vload(const double* p) { return _mm256_loadu_pd(p); }
-inline void vstore(double* p, Vd v) { _mm256_storeu_pd(p, v); }
-inline Vd vfma(Vd a, Vd b, Vd c) { return _mm256_fmadd_pd(a, b, c); }
-inline Vd vmul(Vd a, Vd b) { return _mm256_mul_pd(a, b); }
-inline Vd vadd(Vd a, Vd b) { return _mm256_add_pd(a, b); }
-inline Vd vsub(Vd a, Vd b) { return _mm256_sub_pd(a, b); }
+using namespace simd::avx2;
+constexpr int kMR = 2, kNP = 2;
 inline Vd vexp(Vd z) {
   using namespace expc;
   z = _mm256_max_pd(vset1(kLo), z);
@@ -102,17 +81,9 @@ inline Vd vexp(Vd z) {
 #pragma GCC pop_options
 #endif
 
-namespace portable {  // one lane, std::fma: the same roundings, slowly
-constexpr int kW = 1, kMR = 1, kNP = 1;
-using Vd = double;
-inline Vd vzero() { return 0.0; }
-inline Vd vset1(double x) { return x; }
-inline Vd vload(const double* p) { return *p; }
-inline void vstore(double* p, Vd v) { *p = v; }
-inline Vd vfma(Vd a, Vd b, Vd c) { return std::fma(a, b, c); }
-inline Vd vmul(Vd a, Vd b) { return a * b; }
-inline Vd vadd(Vd a, Vd b) { return a + b; }
-inline Vd vsub(Vd a, Vd b) { return a - b; }
+namespace portable {
+using namespace simd::portable;
+constexpr int kMR = 1, kNP = 1;
 inline Vd vexp(Vd z) {
   using namespace expc;
   if (std::isnan(z)) return z;
@@ -126,54 +97,35 @@ inline Vd vexp(Vd z) {
 #include "reference/attention/attention_tiles.inc"
 }  // namespace portable
 
-bool has(TileIsa isa) {
-#ifdef ASSAY_TILES_X86
-  switch (isa) {
-    case TileIsa::avx512: return __builtin_cpu_supports("avx512f");
-    case TileIsa::avx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    default: return true;
-  }
-#else
-  return isa == TileIsa::portable || isa == TileIsa::best;
-#endif
-}
-
-TileIsa pick(TileIsa isa) {
-  static const TileIsa best = has(TileIsa::avx512) ? TileIsa::avx512 : has(TileIsa::avx2) ? TileIsa::avx2 : TileIsa::portable;
-  return isa == TileIsa::best ? best : isa;
-}
-
 }  // namespace
 
-bool tile_isa_available(TileIsa isa) { return has(isa); }
-
 void tile_scores(const double* q, int64_t ldq, int64_t tm, int64_t D, const double* kpan, int64_t npan,
-                 int64_t ps, double scale, double* s, int64_t lds, TileIsa isa) {
-  switch (pick(isa)) {
-#ifdef ASSAY_TILES_X86
-    case TileIsa::avx512: return avx512::tile_scores(q, ldq, tm, D, kpan, npan, ps, scale, s, lds);
-    case TileIsa::avx2: return avx2::tile_scores(q, ldq, tm, D, kpan, npan, ps, scale, s, lds);
+                 int64_t ps, double scale, double* s, int64_t lds, SimdIsa isa) {
+  switch (simd_isa_pick(isa)) {
+#ifdef ASSAY_SIMD_X86
+    case SimdIsa::avx512: return avx512::tile_scores(q, ldq, tm, D, kpan, npan, ps, scale, s, lds);
+    case SimdIsa::avx2: return avx2::tile_scores(q, ldq, tm, D, kpan, npan, ps, scale, s, lds);
 #endif
     default: return portable::tile_scores(q, ldq, tm, D, kpan, npan, ps, scale, s, lds);
   }
 }
 
 void tile_pv(const double* p, int64_t ldp, int64_t tm, int64_t jn, const double* vrows, int64_t ldv,
-             int64_t nvec, double* acc, int64_t lda, TileIsa isa) {
-  switch (pick(isa)) {
-#ifdef ASSAY_TILES_X86
-    case TileIsa::avx512: return avx512::tile_pv(p, ldp, tm, jn, vrows, ldv, nvec, acc, lda);
-    case TileIsa::avx2: return avx2::tile_pv(p, ldp, tm, jn, vrows, ldv, nvec, acc, lda);
+             int64_t nvec, double* acc, int64_t lda, SimdIsa isa) {
+  switch (simd_isa_pick(isa)) {
+#ifdef ASSAY_SIMD_X86
+    case SimdIsa::avx512: return avx512::tile_pv(p, ldp, tm, jn, vrows, ldv, nvec, acc, lda);
+    case SimdIsa::avx2: return avx2::tile_pv(p, ldp, tm, jn, vrows, ldv, nvec, acc, lda);
 #endif
     default: return portable::tile_pv(p, ldp, tm, jn, vrows, ldv, nvec, acc, lda);
   }
 }
 
-double tile_exp_row_sum(const double* x, double m, double* y, int64_t n, TileIsa isa) {
-  switch (pick(isa)) {
-#ifdef ASSAY_TILES_X86
-    case TileIsa::avx512: return avx512::exp_row_sum(x, m, y, n);
-    case TileIsa::avx2: return avx2::exp_row_sum(x, m, y, n);
+double tile_exp_row_sum(const double* x, double m, double* y, int64_t n, SimdIsa isa) {
+  switch (simd_isa_pick(isa)) {
+#ifdef ASSAY_SIMD_X86
+    case SimdIsa::avx512: return avx512::exp_row_sum(x, m, y, n);
+    case SimdIsa::avx2: return avx2::exp_row_sum(x, m, y, n);
 #endif
     default: return portable::exp_row_sum(x, m, y, n);
   }

@@ -17,24 +17,24 @@
 #pragma once
 #include <cstdint>
 
+#include "reference/core/simd_isa.h"
+
 namespace assay::attention::detail {
 
-// Which compiled body runs: best = the widest the CPU has. The others exist for the test that
-// checks all bodies give the same bits.
-enum class TileIsa { best, avx512, avx2, portable };
-bool tile_isa_available(TileIsa isa);
+// Which compiled body runs (reference/core/simd_isa.h): best = the widest the CPU has.
+using assay::SimdIsa;
 
 // s[r][c] = scale * sum_d q[r][d] kpan(c, d), r < tm, c < 8 npan.
 void tile_scores(const double* q, int64_t ldq, int64_t tm, int64_t D, const double* kpan, int64_t npan,
-                 int64_t ps, double scale, double* s, int64_t lds, TileIsa isa = TileIsa::best);
+                 int64_t ps, double scale, double* s, int64_t lds, SimdIsa isa = SimdIsa::best);
 
 // acc[r][e] += sum_{c < jn} p[r][c] vrows[c][e], r < tm, e < 8 nvec.
 void tile_pv(const double* p, int64_t ldp, int64_t tm, int64_t jn, const double* vrows, int64_t ldv,
-             int64_t nvec, double* acc, int64_t lda, TileIsa isa = TileIsa::best);
+             int64_t nvec, double* acc, int64_t lda, SimdIsa isa = SimdIsa::best);
 
 // y[c] = exp(x[c] - m) for c < n (x[c] - m <= 0, or -inf), returns their sum in a fixed order
 // (eight lanes of every eighth element, combined pairwise). The exp is the form's own (no libm):
 // see attention_tiles.cpp.
-double tile_exp_row_sum(const double* x, double m, double* y, int64_t n, TileIsa isa = TileIsa::best);
+double tile_exp_row_sum(const double* x, double m, double* y, int64_t n, SimdIsa isa = SimdIsa::best);
 
 }  // namespace assay::attention::detail

@@ -16,11 +16,9 @@
 #pragma once
 #include <cstdint>
 
-namespace assay {
+#include "reference/core/simd_isa.h"
 
-// Which compiled body runs: best = the widest the CPU has (the others exist for the tests).
-enum class GemmIsa { best, avx512, avx2, portable };
-bool gemm_isa_available(GemmIsa isa);
+namespace assay {
 
 struct GemmOpts {
   bool accumulate = false;  // chain starts from c (else from 0)
@@ -30,6 +28,6 @@ struct GemmOpts {
 };
 
 void tile_gemm(int64_t M, int64_t N, int64_t K, const double* a, int64_t ars, int64_t acs, const double* b,
-               int64_t ldb, double* c, int64_t ldc, GemmOpts o = {}, GemmIsa isa = GemmIsa::best);
+               int64_t ldb, double* c, int64_t ldc, GemmOpts o = {}, SimdIsa isa = SimdIsa::best);
 
 }  // namespace assay

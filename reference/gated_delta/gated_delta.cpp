@@ -795,15 +795,13 @@ Result chunked(const Params& p, const Inputs& in) {
     Mat Kt = Kc.transpose();
     // KKt (only j < i is read); with emulation, chunk_scaled_dot_kkt's operand beta k cast to
     // k.dtype (beta then inside).
-    Mat KKt(L, L);
+    Mat KKt(L, L), Kb;
     if (inter) {
-      Mat Kb = Kc;
+      Kb = Kc;
       for (int64_t i = 0; i < L; ++i) Kb.row(i) *= b(i);
       rnd(Kb, inter);
-      tile_gemm(L, L, K, Kb.data(), K, 1, Kt.data(), L, KKt.data(), L, {.c_lower = true});
-    } else {
-      tile_gemm(L, L, K, Kc.data(), K, 1, Kt.data(), L, KKt.data(), L, {.c_lower = true});
     }
+    tile_gemm(L, L, K, inter ? Kb.data() : Kc.data(), K, 1, Kt.data(), L, KKt.data(), L, {.c_lower = true});
     // A, strictly lower.
     Mat A = Mat::Zero(L, L);
     for (int64_t i = 1; i < L; ++i)
@@ -891,13 +889,13 @@ Result chunked(const Params& p, const Inputs& in) {
       tile_gemm(L, nb, K, Qc.data(), K, 1, Sh.data(), nb, QS.data(), nb);
       for (int64_t i = 0; i < L; ++i) QS.row(i) *= eG[slot * C + i];
       MMapS o(&o_all[(ch.tok0 * HV + hv) * V + j0], L, nb, Eigen::OuterStride<>(HV * V));
+      Mat vr;  // (v_new rounded, when emulating)
       if (inter) {
-        Mat vr = vnew_acc;
+        vr = vnew_acc;
         rnd(vr, inter);
-        tile_gemm(L, nb, L, M.data(), L, 1, vr.data(), nb, QS.data(), nb, {.accumulate = true, .a_lower = true});
-      } else {
-        tile_gemm(L, nb, L, M.data(), L, 1, vnew_acc.data(), V, QS.data(), nb, {.accumulate = true, .a_lower = true});
       }
+      tile_gemm(L, nb, L, M.data(), L, 1, inter ? vr.data() : vnew_acc.data(), inter ? nb : V, QS.data(), nb,
+                {.accumulate = true, .a_lower = true});
       o = P.scale * QS;
       // State update: S <- e^{G_last} S0 + K^T (exp(D(L-1, j)) vn_j), both in place (each element
       // of S one chain from its decayed value).

@@ -33,8 +33,8 @@ TEST_CASE("tile_gemm: every ISA body gives the bits of the defining std::fma cha
           for (int64_t k = 0; k < kend; ++k) acc = std::fma((o.negate ? -1.0 : 1.0) * a[i * ars + k * acs], b[k * ldb + j], acc);
           ref[i * ldc + j] = acc;
         }
-      for (const auto isa : {GemmIsa::avx512, GemmIsa::avx2, GemmIsa::portable, GemmIsa::best}) {
-        if (!gemm_isa_available(isa)) continue;
+      for (const auto isa : {SimdIsa::avx512, SimdIsa::avx2, SimdIsa::portable, SimdIsa::best}) {
+        if (!simd_isa_available(isa)) continue;
         auto c = c0;
         tile_gemm(M, N, K, a.data(), ars, acs, b.data(), ldb, c.data(), ldc, o, isa);
         for (int64_t i = 0; i < M; ++i)
@@ -52,7 +52,7 @@ TEST_CASE("tile_gemm: every ISA body gives the bits of the defining std::fma cha
       }
     }
   }
-  for (const auto isa : {GemmIsa::avx512, GemmIsa::avx2, GemmIsa::portable}) bodies += gemm_isa_available(isa);
+  for (const auto isa : {SimdIsa::avx512, SimdIsa::avx2, SimdIsa::portable}) bodies += simd_isa_available(isa);
   CHECK(bodies >= 1);
   CHECK(checked == 8 * 32 * (bodies + 1));
 }

@@ -728,7 +728,7 @@ TEST_CASE("kernel emulations without rounding equal the oracle, with rounding th
 TEST_CASE("tile kernels: every ISA body gives the bits of a std::fma chain", "[cpu][L0]") {
   // Shapes that exercise the register tiles' remainders (rows not a multiple of 4, panels not a
   // multiple of 4, D and jn odd), the values with mixed signs and magnitudes.
-  using assay::attention::detail::TileIsa;
+  using assay::SimdIsa;
   Rng rng(77);
   for (const auto [tm, D, npan, jn] : std::vector<std::array<int64_t, 4>>{{7, 5, 3, 21}, {64, 128, 8, 64}, {1, 1, 1, 1}, {13, 33, 5, 37}}) {
     const int64_t ldq = D + 3, lds = npan * 8 + 2, ldv = npan * 8 + 1, nvec = npan, lda = nvec * 8 + 4;
@@ -752,8 +752,8 @@ TEST_CASE("tile kernels: every ISA body gives the bits of a std::fma chain", "[c
         acc_ref[r * lda + e] += a;
       }
     int checked = 0;
-    for (const auto isa : {TileIsa::avx512, TileIsa::avx2, TileIsa::portable}) {
-      if (!assay::attention::detail::tile_isa_available(isa)) continue;
+    for (const auto isa : {SimdIsa::avx512, SimdIsa::avx2, SimdIsa::portable}) {
+      if (!assay::simd_isa_available(isa)) continue;
       std::vector<double> s(tm * lds, 0.0), acc = acc0;
       assay::attention::detail::tile_scores(q.data(), ldq, tm, D, kp.data(), npan, ps, scale, s.data(), lds, isa);
       assay::attention::detail::tile_pv(p.data(), lds, tm, jn, vr.data(), ldv, nvec, acc.data(), lda, isa);
@@ -768,7 +768,7 @@ TEST_CASE("tile kernels: every ISA body gives the bits of a std::fma chain", "[c
 }
 
 TEST_CASE("tile exp: every ISA body gives the same bits, within 1 ulp of std::exp", "[cpu][L0]") {
-  using assay::attention::detail::TileIsa;
+  using assay::SimdIsa;
   // 2^20 arguments in [-746, 0] (the subnormal range below -708 included), then the edges: 0, -0,
   // -inf, -746 and below, the smallest normal and subnormal results.
   const int64_t n = (int64_t{1} << 20) + 9;
@@ -781,8 +781,8 @@ TEST_CASE("tile exp: every ISA body gives the same bits, within 1 ulp of std::ex
   std::vector<double> ref;
   double ref_sum = 0;
   int checked = 0;
-  for (const auto isa : {TileIsa::portable, TileIsa::avx2, TileIsa::avx512}) {
-    if (!assay::attention::detail::tile_isa_available(isa)) continue;
+  for (const auto isa : {SimdIsa::portable, SimdIsa::avx2, SimdIsa::avx512}) {
+    if (!assay::simd_isa_available(isa)) continue;
     for (const int64_t len : {n, int64_t{37}, int64_t{1}}) {  // full steps and padded tails
       std::vector<double> y(len);
       const double sum = assay::attention::detail::tile_exp_row_sum(x.data(), 0.0, y.data(), len, isa);
