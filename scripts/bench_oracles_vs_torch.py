@@ -41,6 +41,9 @@ import sys
 import tempfile
 import time
 
+# bench_oracles' machine ceilings (no oracle, no torch row): name -> (what, unit of its rate).
+CEILINGS = {"BM_fma_peak": ("fp64 FMA in registers", "GFLOP/s"), "BM_triad": ("memory triad", "GB/s")}
+
 # Benchmark (without the /full or /quick suffix) -> (row name, torch reference key or None).
 ROWS = [
     ("BM_dgemm", "dgemm (Eigen MatrixXd product)", "mm"),
@@ -307,7 +310,7 @@ def run_bench(bench, filt, threads):
         base = b["name"].split("/")[0]
         runs[base] = {"name": b["name"], "seconds": b["real_time"] * UNIT_S[b["time_unit"]],
                       "label": b.get("label", ""), "gflops": b.get("GFLOP/s"),
-                      "of_dgemm": b.get("of_dgemm")}
+                      "of_dgemm": b.get("of_dgemm"), "gbps": b.get("GB/s")}
     return data.get("context", {}), runs
 
 
@@ -421,11 +424,15 @@ def main():
     # so that a slow phase of the machine (these VMs' single-thread speed drifts by up to 1.5x)
     # hits both sides of a ratio; with --repeat N each cell is the median of N rounds.
     samples = {}  # (base, threads) -> list of per-round entries
+    ceil = {}  # (machine ceiling benchmark, threads) -> its rate in each round
     contexts = {}
     for rnd in range(args.repeat):
         for nt in threads:
             ctx, runs = run_bench(args.bench, filt, nt)
             contexts[nt] = ctx
+            for base in CEILINGS:
+                if base in runs:
+                    ceil.setdefault((base, nt), []).append(runs[base]["gflops"] or runs[base]["gbps"])
             torch.set_num_threads(nt)
             torch_cache = {}
             for base, row_name, key in ROWS:
@@ -488,10 +495,18 @@ def main():
                 parts.append(f"{row_name} {per[lo]['assay_s'] / per[hi]['assay_s']:.1f}x")
         if parts:
             print(f"assay scaling {lo} -> {hi} threads (wall time at {lo} / at {hi}): " + ", ".join(parts))
+        cparts = []
+        for base, (what, unit) in CEILINGS.items():
+            if (base, lo) in ceil and (base, hi) in ceil:
+                a, b = statistics.median(ceil[(base, lo)]), statistics.median(ceil[(base, hi)])
+                cparts.append(f"{what} {a:.1f} -> {b:.1f} {unit} ({b / a:.1f}x)")
+        if cparts:
+            print(f"machine ceilings {lo} -> {hi} threads (no oracle; the most a compute- or memory-bound "
+                  "form can scale): " + ", ".join(cparts))
 
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"mode": mode, "threads": threads, "repeat": args.repeat, "nproc": nproc, "torch": torch.__version__,
+            json.dump({"ceilings": {f"{b} {nt}": v for (b, nt), v in ceil.items()}, "mode": mode, "threads": threads, "repeat": args.repeat, "nproc": nproc, "torch": torch.__version__,
                        "bench": args.bench, "bench_context": {str(k): v for k, v in contexts.items()},
                        "crosscheck": xres, "crosscheck_limit": CROSSCHECK_LIMIT, "rows": rows_json}, f, indent=1)
     return 1 if failed else 0

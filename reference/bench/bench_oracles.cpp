@@ -16,6 +16,12 @@
 // its timed loop. Inputs are random with the fixtures' distributions (fixtures/<op>.cpp), so the
 // oracles take their real code paths; they are made before the timed loop.
 //
+// Machine ceilings (no oracle; they say what a thread count can give on this machine at all):
+// BM_fma_peak, every thread running independent fp64 FMA chains in registers (no memory traffic:
+// the compute ceiling, so its 1 -> N scaling is the most any compute-bound form can scale, SMT
+// siblings and all-core clocks included), and BM_triad, a[i] = b[i] + s c[i] over 3 x 128 MiB
+// (the memory ceiling, GB/s).
+//
 // Cross-check mode (for the torch script): bench_oracles --assay_crosscheck=FILE writes tiny
 // cases (inputs and the oracles' outputs, JSON) to FILE and exits without benchmarking.
 #include <benchmark/benchmark.h>
@@ -30,12 +36,15 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <memory>
+#include <utility>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "reference/attention/attention.h"
+#include "reference/core/simd_isa.h"
 #include "reference/gated_delta/gated_delta.h"
 #include "reference/gated_delta/gated_delta_backward.h"
 #include "reference/mamba3/mamba3.h"
@@ -294,6 +303,94 @@ void BM_dgemm(benchmark::State& st, int64_t n) {
   st.SetLabel("N=" + std::to_string(n));
 }
 
+// ---------------------------------------------------------------------------------------------
+// Machine ceilings
+
+// kChains independent accumulators per thread (FMA latency 4 cycles x 2 ports = 8 in flight), kept
+// in registers (the unrolled loops; a loop over j would keep them on the stack):
+// acc = acc * m + a in registers, iters times. Returns the FLOPs done (2 per lane and FMA).
+constexpr int kChains = 16;
+#ifdef ASSAY_SIMD_X86
+__attribute__((target("avx512f"))) double fma_chains_avx512(int64_t iters) {
+  __m512d acc[kChains];
+  for (int j = 0; j < kChains; ++j) acc[j] = _mm512_set1_pd(1.0 + j * 1e-3);
+  const __m512d m = _mm512_set1_pd(0.999999999), a = _mm512_set1_pd(1e-9);
+  for (int64_t i = 0; i < iters; ++i)
+#pragma GCC unroll 16
+    for (int j = 0; j < kChains; ++j) acc[j] = _mm512_fmadd_pd(acc[j], m, a);
+  __m512d s = acc[0];
+  for (int j = 1; j < kChains; ++j) s = _mm512_add_pd(s, acc[j]);
+  benchmark::DoNotOptimize(s);
+  return 2.0 * 8 * kChains * static_cast<double>(iters);
+}
+__attribute__((target("avx2,fma"))) double fma_chains_avx2(int64_t iters) {
+  __m256d acc[kChains];
+  for (int j = 0; j < kChains; ++j) acc[j] = _mm256_set1_pd(1.0 + j * 1e-3);
+  const __m256d m = _mm256_set1_pd(0.999999999), a = _mm256_set1_pd(1e-9);
+  for (int64_t i = 0; i < iters; ++i)
+#pragma GCC unroll 16
+    for (int j = 0; j < kChains; ++j) acc[j] = _mm256_fmadd_pd(acc[j], m, a);
+  __m256d s = acc[0];
+  for (int j = 1; j < kChains; ++j) s = _mm256_add_pd(s, acc[j]);
+  benchmark::DoNotOptimize(s);
+  return 2.0 * 4 * kChains * static_cast<double>(iters);
+}
+#endif
+double fma_chains(int64_t iters) {
+#ifdef ASSAY_SIMD_X86
+  switch (assay::simd_isa_pick(assay::SimdIsa::best)) {
+    case assay::SimdIsa::avx512: return fma_chains_avx512(iters);
+    case assay::SimdIsa::avx2: return fma_chains_avx2(iters);
+    default: break;
+  }
+#endif
+  double acc[kChains];
+  for (int j = 0; j < kChains; ++j) acc[j] = 1.0 + j * 1e-3;
+  for (int64_t i = 0; i < iters; ++i)
+#pragma GCC unroll 16
+    for (int j = 0; j < kChains; ++j) acc[j] = std::fma(acc[j], 0.999999999, 1e-9);
+  benchmark::DoNotOptimize(acc);
+  return 2.0 * kChains * static_cast<double>(iters);
+}
+
+// The same chains on every OpenMP thread at once; GFLOP/s of all threads together.
+void BM_fma_peak(benchmark::State& st, bool quick) {
+  const int64_t iters = quick ? 1 << 18 : 1 << 22;
+  double sec = 0, flops = 0;
+  for (auto _ : st) {
+    const auto t0 = std::chrono::steady_clock::now();
+    double f = 0;
+#pragma omp parallel reduction(+ : f)
+    f += fma_chains(iters);
+    sec += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    flops += f;
+  }
+  st.counters["GFLOP/s"] = flops / sec * 1e-9;
+  st.SetLabel("threads=" + std::to_string(omp_get_max_threads()));
+}
+
+// a = b + s c over 3 arrays of 16 Mi doubles (first touched in parallel, with the same static
+// schedule as the timed loop); GB/s counts 24 bytes per element (two reads, one write).
+void BM_triad(benchmark::State& st, bool quick) {
+  const int64_t n = quick ? int64_t{1} << 21 : int64_t{1} << 24;
+  std::unique_ptr<double[]> a(new double[n]), b(new double[n]), c(new double[n]);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) a[i] = 0, b[i] = 1, c[i] = 2;
+  double sec = 0;
+  int64_t reps = 0;
+  for (auto _ : st) {
+    const auto t0 = std::chrono::steady_clock::now();
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) a[i] = b[i] + 0.5 * c[i];
+    benchmark::DoNotOptimize(a.get());
+    benchmark::ClobberMemory();
+    sec += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ++reps;
+  }
+  st.counters["GB/s"] = 24.0 * static_cast<double>(n) * static_cast<double>(reps) / sec * 1e-9;
+  st.SetLabel("n=" + std::to_string(n));
+}
+
 void BM_attention_fwd_definitional(benchmark::State& st, AttnShape s, bool quick) {
   const auto c = make_attn(s);
   st.SetLabel(label(s));
@@ -411,6 +508,13 @@ void register_all() {
         ->UseRealTime()
         ->Unit(benchmark::kMillisecond)
         ->MinTime(min_time);
+    using Ceiling = void (*)(benchmark::State&, bool);
+    for (const auto& [name, fn] : {std::pair<const char*, Ceiling>{"BM_fma_peak", BM_fma_peak},
+                                   std::pair<const char*, Ceiling>{"BM_triad", BM_triad}})
+      benchmark::RegisterBenchmark((std::string(name) + sfx).c_str(), fn, quick)
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond)
+          ->MinTime(min_time);
     reg("BM_attention_fwd_definitional", BM_attention_fwd_definitional, s.attn_fwd);
     reg("BM_attention_fwd_online", BM_attention_fwd_online, s.attn_fwd);
     reg("BM_attention_bwd_definitional", BM_attention_bwd_definitional, s.attn_bwd);

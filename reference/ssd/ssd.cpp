@@ -53,7 +53,8 @@ std::vector<double> abs_of(const std::vector<double>& v) {
   return r;
 }
 
-// The SSM part (no D, no z) of one form on one set of (x, B, C, h0) arrays.
+// One form's outputs on one set of (x, B, C, h0) arrays: y without the D skip and z gate from the
+// recurrence, with them from the chunked form (which gates each chunk's rows once they are final).
 struct Core {
   std::vector<double> y;   // [B,T,H,P]
   std::vector<double> fin; // [B,H,P,N]
@@ -65,28 +66,37 @@ int64_t num_seqs(const Inputs& in) {
   return in.cu_seqlens.empty() ? 0 : static_cast<int64_t>(in.cu_seqlens.size()) - 1;
 }
 
-// D skip and z gate; `gate_first` only for the d_after_gate mutant. Moves the cores' tensors out.
-void epilogue(const Inputs& in, const Dims& d, Core& c, Core& cabs, bool gate_first, Result& r) {
+// D skip and z gate on the P elements of row `row` (= (b, t, h) flattened) of y and, when given,
+// of its bound yb (in place); `gate_first` only for the d_after_gate mutant. The chunked form calls
+// it as soon as a chunk's rows are final, the recurrence on its finished output (same operations).
+inline void gate_row(const Inputs& in, const Dims& d, int64_t row, double* y, double* yb,
+                     bool gate_first) {
+  const int64_t h = row % d.H;
+  const bool d_per_p = static_cast<int64_t>(in.D.size()) == d.H * d.P;
+  for (int64_t p = 0; p < d.P; ++p) {
+    const int64_t i = row * d.P + p;
+    double skip = 0;
+    if (!in.D.empty()) skip = (d_per_p ? in.D[h * d.P + p] : in.D[h]) * in.x[i];
+    double gate = 1.0;
+    if (!in.z.empty()) gate = silu(in.z[i]);
+    const double v = y[p];
+    y[p] = gate_first ? v * gate + skip : (v + skip) * gate;
+    if (yb) yb[p] = (yb[p] + std::fabs(skip)) * std::fabs(gate);
+  }
+}
+
+// Moves the cores' tensors into r; `gate` runs gate_row over every row first (the recurrence;
+// the chunked form has gated its rows already).
+void finish(const Inputs& in, const Dims& d, Core& c, Core& cabs, bool gate, Result& r) {
   const int64_t n = d.B * d.T * d.H * d.P;
   const bool bounds = !cabs.y.empty();
   r.out = std::move(c.y);  // y -> out in place
   if (bounds) r.out_bound = std::move(cabs.y);
-  const bool d_per_p = static_cast<int64_t>(in.D.size()) == d.H * d.P;
-  // Row by row of P elements (one integer division per row, not two per element).
-  const int64_t rows = n / d.P;
+  if (gate) {
+    const int64_t rows = n / d.P;
 #pragma omp parallel for schedule(static) if (n >= kParallelMin)
-  for (int64_t row = 0; row < rows; ++row) {
-    const int64_t h = row % d.H;
-    for (int64_t p = 0; p < d.P; ++p) {
-      const int64_t i = row * d.P + p;
-      double skip = 0;
-      if (!in.D.empty()) skip = (d_per_p ? in.D[h * d.P + p] : in.D[h]) * in.x[i];
-      double gate = 1.0;
-      if (!in.z.empty()) gate = silu(in.z[i]);
-      const double y = r.out[i];
-      r.out[i] = gate_first ? y * gate + skip : (y + skip) * gate;
-      if (bounds) r.out_bound[i] = (r.out_bound[i] + std::fabs(skip)) * std::fabs(gate);
-    }
+    for (int64_t row = 0; row < rows; ++row)
+      gate_row(in, d, row, &r.out[row * d.P], bounds ? &r.out_bound[row * d.P] : nullptr, false);
   }
   r.final_states = std::move(c.fin);
   r.final_states_bound = std::move(cabs.fin);
@@ -171,9 +181,11 @@ struct ChunkSet {
 //      off-diagonal part of _chunk_scan_fwd), Y[l] += sc_l (C_l . S_start_c), and state passing
 //      (_state_passing_fwd), S_start_{c+1} = carry_c S_start_c + st_c (slot c+1, or fin for the
 //      last chunk), elementwise;
-//   4. varlen_states (parallel over (sequence, h), chunk_state_varlen).
-// Pass 1 on window w runs next to passes 2 + 3 on window w - 1 and to the zero fills of y and cs
-// (std::vector's serial fill, in pieces, each just ahead of the passes that write it).
+//   4. per chunk, once its rows of y are final: the D skip and z gate (gate_row);
+//   5. varlen_states (parallel over (sequence, h), chunk_state_varlen).
+// Pass 1 on window w runs next to passes 2 + 3 on window w - 1, pass 4 on window w - 2 and to the
+// zero fills of y and cs (std::vector's serial fill, in pieces, each just ahead of the passes that
+// write it).
 void chunked_core(const Inputs& in, const Dims& d, const std::vector<double>& delta,
                   const std::vector<ChunkSet>& sets, Mutant m, int64_t mutant_chunk) {
   const int64_t PN = d.P * d.N, hpg = d.H / d.G, NG = d.B * d.NC;
@@ -315,6 +327,18 @@ void chunked_core(const Inputs& in, const Dims& d, const std::vector<double>& de
     }
   };
 
+  // 4. Chunk g after pass 3 (its rows of y are final, all heads): D skip and z gate, in H pieces of
+  // consecutive tokens, each one contiguous block of [tokens, H, P] (a head's rows alone are H P
+  // apart, too far for the hardware prefetchers).
+  const int64_t gate_len = (d.Q + d.H - 1) / d.H;
+  auto gate = [&](int64_t gc, int64_t piece) {
+    const int64_t b = gc / d.NC, t0 = gc % d.NC * d.Q, Qc = std::min(d.Q, d.T - t0);
+    const int64_t l0 = std::min(Qc, piece * gate_len), l1 = std::min(Qc, l0 + gate_len);
+    for (int64_t row = (b * d.T + t0 + l0) * d.H; row < (b * d.T + t0 + l1) * d.H; ++row)
+      gate_row(in, d, row, &y_of[0][row * d.P], nsets > 1 ? &y_of[1][row * d.P] : nullptr,
+               m == Mutant::d_after_gate);
+  };
+
   for (const ChunkSet& s : sets) s.r->y.resize(nwin ? y_end(0) : 0);  // (pass 1 on window 0 writes it)
 #pragma omp parallel
   {
@@ -330,15 +354,18 @@ void chunked_core(const Inputs& in, const Dims& d, const std::vector<double>& de
         Eigen::Map<RowMat>(cb_at(si, b, c, g), Qc, Qc).noalias() = Cc * Bc.transpose();
       }
     }
-    // Step w (w = 0 .. nwin): passes 2 + 3 on window w - 1, the fills (y through window w + 1,
-    // cs through window w) and pass 1 on window w, as one list of work items.
-    for (int64_t w = 0; w <= nwin; ++w) {
+    // Step w (w = 0 .. nwin + 1): pass 4 on window w - 2, passes 2 + 3 on window w - 1, the fills
+    // (y through window w + 1, cs through window w) and pass 1 on window w, as one list of work
+    // items (passes 2 + 3 have only B H items a step; pass 4's many small ones fill the gaps).
+    for (int64_t w = 0; w <= nwin + 1; ++w) {
       const int64_t g0 = w * nw, g1 = std::min(NG, g0 + nw), n1 = w < nwin ? (g1 - g0) * d.H : 0;
       const int64_t p0 = (w - 1) * nw, p1 = std::min(NG, p0 + nw);
-      const int64_t b0 = w > 0 ? p0 / d.NC : 0, n23 = w > 0 ? ((p1 - 1) / d.NC + 1 - b0) * d.H : 0;
+      const int64_t b0 = w > 0 ? p0 / d.NC : 0;
+      const int64_t n23 = w > 0 && w <= nwin ? ((p1 - 1) / d.NC + 1 - b0) * d.H : 0;
+      const int64_t q0 = (w - 2) * nw, n4 = w >= 2 ? (std::min(NG, q0 + nw) - q0) * d.H : 0;
       const int64_t nfill = w < nwin ? 2 * nsets : 0;
 #pragma omp for schedule(dynamic)
-      for (int64_t job = 0; job < n23 + nfill + n1; ++job) {
+      for (int64_t job = 0; job < n23 + nfill + n1 + n4; ++job) {
         if (job < n23) {
           const int64_t b = b0 + job / d.H, cb = std::max(p0, b * d.NC) - b * d.NC;
           const int64_t ce = std::min(p1, (b + 1) * d.NC) - b * d.NC;
@@ -350,16 +377,19 @@ void chunked_core(const Inputs& in, const Dims& d, const std::vector<double>& de
             r.y.resize(y_end(std::min(w + 1, nwin - 1)));
           else
             r.cs.resize(cs_end(w));
-        } else {
+        } else if (job < n23 + nfill + n1) {
           const int64_t j = job - n23 - nfill;
           pass1(g0 + j / d.H, j % d.H, w % 2 * nw + j / d.H);
+        } else {
+          const int64_t j = job - n23 - nfill - n1;
+          gate(q0 + j / d.H, j % d.H);
         }
       }
     }
   }
   for (const ChunkSet& s : sets) s.r->y.resize(ny), s.r->cs.resize(ncs);  // (no-ops but for T = 0)
 
-  // 4. Per-sequence final states (B == 1), the chunk_state_varlen way: a chunk-local sum over the
+  // 5. Per-sequence final states (B == 1), the chunk_state_varlen way: a chunk-local sum over the
   // sequence's tokens in the chunk c holding its last token, plus the decayed start state of
   // chunk c when the sequence began before it (or it is sequence 0: initial_states).
   const int64_t nseq = num_seqs(in);
@@ -511,7 +541,7 @@ Result recurrence(const Params& p, const Inputs& in) {
                       ? recurrence_core(in, d, r.dt_processed, abs_of(in.x), abs_of(in.B),
                                         abs_of(in.C), abs_of(in.initial_states))
                       : Core{};
-  epilogue(in, d, c, ca, false, r);
+  finish(in, d, c, ca, true, r);
   return r;
 }
 
@@ -528,8 +558,8 @@ Result chunked(const Params& p, const Inputs& in, Mutant m) {
     ax = abs_of(in.x), aB = abs_of(in.B), aC = abs_of(in.C), ah0 = abs_of(in.initial_states);
     sets.push_back({&ax, &aB, &aC, &ah0, &ca});
   }
-  chunked_core(in, d, r.dt_processed, sets, m, p.mutant_chunk);
-  epilogue(in, d, c, ca, m == Mutant::d_after_gate, r);
+  chunked_core(in, d, r.dt_processed, sets, m, p.mutant_chunk);  // (D skip and z gate included)
+  finish(in, d, c, ca, false, r);
   return r;
 }
 
