@@ -215,9 +215,9 @@ struct Engine {
   void step(const PackedKV& pk, TileRun& T, int64_t n) const {
     const int64_t sk = L.sk[T.b], tm = T.tm, ld = ld_s(pk), lda = ld_acc(pk);
     const double* qt = q.data() + (L.q_row(T.b, T.i0) * L.Hq + T.h) * L.D;
-    thread_local std::vector<double> S, P;
+    thread_local std::vector<double> S, P, ascale;  // ascale: O's rescale factor per row
     thread_local Mat Kt, Vt, A, Tp;
-    S.resize(tm * ld), P.resize(tm * ld);
+    S.resize(tm * ld), P.resize(tm * ld), ascale.resize(tm);
     const bool no_max = p.mutant == Mutant::no_max_subtraction;
     const int64_t j0 = n * p.tile_n;
     const int64_t jn = p.mutant == Mutant::tail_unmasked ? p.tile_n : std::min(p.tile_n, sk - j0);
@@ -239,8 +239,8 @@ struct Engine {
     for (int64_t r = 0; r < tm; ++r) {
       const double* srow = S.data() + r * ld;
       double* prow = P.data() + r * ld;
-      double* arow = T.acc.data() + r * lda;
       const double m_new = no_max ? 0.0 : std::max(T.m[r], Sm.row(r).maxCoeff());
+      ascale[r] = 1.0;
       if (m_new == kNegInf) {  // nothing visible to this row yet
         std::fill(prow, prow + jn, 0.0);
         continue;
@@ -258,8 +258,7 @@ struct Engine {
         rs = detail::tile_exp_row_sum(srow, m_new, prow, jn);  // P = exp(S - m_new), rs = its row sum
       }
       T.l[r] = T.l[r] * alpha + rs;
-      if (p.mutant != Mutant::no_o_rescale && alpha != 1)
-        for (int64_t e = 0; e < L.Dv; ++e) arow[e] *= alpha;
+      if (p.mutant != Mutant::no_o_rescale) ascale[r] = alpha;  // (O's rescale: in tile_pv)
       if (T.mag) {
         if (alpha != 1) T.acc_mag.row(r) *= alpha, T.cacc[r] *= alpha;
         for (int64_t c = 0; c < jn; ++c)
@@ -267,7 +266,8 @@ struct Engine {
       }
       T.m[r] = m_new;
     }
-    detail::tile_pv(P.data(), ld, tm, jn, pk.v_tile(T.b, T.hk, n), pk.ldv, pk.Dvp / 8, T.acc.data(), lda);
+    detail::tile_pv(P.data(), ld, tm, jn, pk.v_tile(T.b, T.hk, n), pk.ldv, pk.Dvp / 8, T.acc.data(), lda,
+                    ascale.data());
     if (T.mag) T.acc_mag.noalias() += Pm * kv->second.cwiseAbs();
   }
 

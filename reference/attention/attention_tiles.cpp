@@ -111,13 +111,13 @@ void tile_scores(const double* q, int64_t ldq, int64_t tm, int64_t D, const doub
 }
 
 void tile_pv(const double* p, int64_t ldp, int64_t tm, int64_t jn, const double* vrows, int64_t ldv,
-             int64_t nvec, double* acc, int64_t lda, SimdIsa isa) {
+             int64_t nvec, double* acc, int64_t lda, const double* alpha, SimdIsa isa) {
   switch (simd_isa_pick(isa)) {
 #ifdef ASSAY_SIMD_X86
-    case SimdIsa::avx512: return avx512::tile_pv(p, ldp, tm, jn, vrows, ldv, nvec, acc, lda);
-    case SimdIsa::avx2: return avx2::tile_pv(p, ldp, tm, jn, vrows, ldv, nvec, acc, lda);
+    case SimdIsa::avx512: return avx512::tile_pv(p, ldp, tm, jn, vrows, ldv, nvec, acc, lda, alpha);
+    case SimdIsa::avx2: return avx2::tile_pv(p, ldp, tm, jn, vrows, ldv, nvec, acc, lda, alpha);
 #endif
-    default: return portable::tile_pv(p, ldp, tm, jn, vrows, ldv, nvec, acc, lda);
+    default: return portable::tile_pv(p, ldp, tm, jn, vrows, ldv, nvec, acc, lda, alpha);
   }
 }
 

@@ -28,9 +28,11 @@ using assay::SimdIsa;
 void tile_scores(const double* q, int64_t ldq, int64_t tm, int64_t D, const double* kpan, int64_t npan,
                  int64_t ps, double scale, double* s, int64_t lds, SimdIsa isa = SimdIsa::best);
 
-// acc[r][e] += sum_{c < jn} p[r][c] vrows[c][e], r < tm, e < 8 nvec.
+// acc[r][e] = acc[r][e] alpha[r] + sum_{c < jn} p[r][c] vrows[c][e], r < tm, e < 8 nvec: the sum
+// one fma chain from 0 in ascending c, then the product and the add rounded each (the online
+// softmax's rescale of O by alpha, then its P V); alpha = nullptr: no rescale (alpha 1, exact).
 void tile_pv(const double* p, int64_t ldp, int64_t tm, int64_t jn, const double* vrows, int64_t ldv,
-             int64_t nvec, double* acc, int64_t lda, SimdIsa isa = SimdIsa::best);
+             int64_t nvec, double* acc, int64_t lda, const double* alpha, SimdIsa isa = SimdIsa::best);
 
 // y[c] = exp(x[c] - m) for c < n (x[c] - m <= 0, or -inf), returns their sum in a fixed order
 // (eight lanes of every eighth element, combined pairwise). The exp is the form's own (no libm):

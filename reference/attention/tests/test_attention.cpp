@@ -738,7 +738,9 @@ TEST_CASE("tile kernels: every ISA body gives the bits of a std::fma chain", "[c
       for (auto& x : *v) x = rng.uni() * std::exp2(std::floor(rng.uni(-20, 20)));
     const double scale = 0.0883883476483184;
     // Definition: one fma chain from 0 per element, then the scale / the add to acc.
-    std::vector<double> s_ref(tm * lds, 0.0), acc_ref = acc0;
+    std::vector<double> alpha(tm);  // O's rescale factors (0 and 1 among them)
+    for (int64_t r = 0; r < tm; ++r) alpha[r] = r % 5 == 0 ? 1.0 : r % 7 == 3 ? 0.0 : rng.uni();
+    std::vector<double> s_ref(tm * lds, 0.0), acc_ref = acc0, acc_ref1 = acc0;
     for (int64_t r = 0; r < tm; ++r)
       for (int64_t c = 0; c < npan * 8; ++c) {
         double a = 0;
@@ -750,17 +752,23 @@ TEST_CASE("tile kernels: every ISA body gives the bits of a std::fma chain", "[c
         double a = 0;
         for (int64_t c = 0; c < jn; ++c) a = std::fma(p[r * lds + c], vr[c * ldv + e], a);
         acc_ref[r * lda + e] += a;
+        acc_ref1[r * lda + e] = acc_ref1[r * lda + e] * alpha[r] + a;  // (-ffp-contract=off: two roundings)
       }
     int checked = 0;
     for (const auto isa : {SimdIsa::avx512, SimdIsa::avx2, SimdIsa::portable}) {
       if (!assay::simd_isa_available(isa)) continue;
-      std::vector<double> s(tm * lds, 0.0), acc = acc0;
+      std::vector<double> s(tm * lds, 0.0), acc = acc0, acc1 = acc0;
       assay::attention::detail::tile_scores(q.data(), ldq, tm, D, kp.data(), npan, ps, scale, s.data(), lds, isa);
-      assay::attention::detail::tile_pv(p.data(), lds, tm, jn, vr.data(), ldv, nvec, acc.data(), lda, isa);
+      assay::attention::detail::tile_pv(p.data(), lds, tm, jn, vr.data(), ldv, nvec, acc.data(), lda, nullptr, isa);
+      assay::attention::detail::tile_pv(p.data(), lds, tm, jn, vr.data(), ldv, nvec, acc1.data(), lda, alpha.data(), isa);
       for (int64_t r = 0; r < tm; ++r)
         for (int64_t c = 0; c < npan * 8; ++c) REQUIRE(s[r * lds + c] == s_ref[r * lds + c]);
       for (int64_t r = 0; r < tm; ++r)
-        for (int64_t e = 0; e < lda; ++e) REQUIRE(acc[r * lda + e] == acc_ref[r * lda + e]);
+        for (int64_t e = 0; e < lda; ++e) {
+          const bool pad = e >= nvec * 8;  // (past the columns: untouched)
+          REQUIRE(acc[r * lda + e] == (pad ? acc0[r * lda + e] : acc_ref[r * lda + e]));
+          REQUIRE(acc1[r * lda + e] == (pad ? acc0[r * lda + e] : acc_ref1[r * lda + e]));
+        }
       ++checked;
     }
     CHECK(checked >= 1);
