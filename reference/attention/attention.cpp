@@ -141,6 +141,36 @@ void check_backward_inputs(const Layout& L, const Params& p, const std::vector<d
 
 }  // namespace detail
 
+void detail::combine_row(const Params& p, const detail::Layout& L, int64_t ns, const double* o_partial,
+                         const double* lse_partial, int64_t b, int64_t h, int64_t i, double* o, double* lse) {
+  const int64_t osz = L.o_size(), lsz = L.lse_size();
+  const int64_t li = L.lse_index(b, h, i);
+  const int64_t orow = (L.q_row(b, i) * L.Hq + h) * L.Dv;
+  const double ninf = -std::numeric_limits<double>::infinity();
+  // lse = logsumexp_s(lse_s) with its own max subtraction.
+  double mx = ninf;
+  for (int64_t s = 0; s < ns; ++s) mx = std::max(mx, lse_partial[s * lsz + li]);
+  if (mx == ninf) return;  // every split empty: O = 0, LSE = -inf
+  double sum = 0;
+  for (int64_t s = 0; s < ns; ++s) sum += std::exp(lse_partial[s * lsz + li] - mx);
+  const double l = mx + std::log(sum);
+  lse[li] = l;
+  if (p.mutant == Mutant::combine_unweighted) {
+    int64_t n = 0;
+    for (int64_t s = 0; s < ns; ++s) n += lse_partial[s * lsz + li] != ninf;
+    for (int64_t s = 0; s < ns; ++s)
+      if (lse_partial[s * lsz + li] != ninf)
+        for (int64_t e = 0; e < L.Dv; ++e) o[orow + e] += o_partial[s * osz + orow + e] / n;
+    return;
+  }
+  for (int64_t s = 0; s < ns; ++s) {
+    double w = std::exp(lse_partial[s * lsz + li] - l);
+    if (!std::isfinite(w)) w = 0;
+    if (w == 0) continue;
+    for (int64_t e = 0; e < L.Dv; ++e) o[orow + e] += w * o_partial[s * osz + orow + e];
+  }
+}
+
 Combined combine_splits(const Params& p, int64_t num_splits, const std::vector<double>& o_partial,
                         const std::vector<double>& lse_partial) {
   const auto L = detail::make_layout(p);
@@ -152,36 +182,11 @@ Combined combine_splits(const Params& p, int64_t num_splits, const std::vector<d
   Combined r;
   r.o = zeros_prefaulted(osz);  // pages faulted in by all threads (prefault.h)
   r.lse.assign(lsz, -std::numeric_limits<double>::infinity());
-  const double ninf = -std::numeric_limits<double>::infinity();
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t b = 0; b < L.B; ++b)
     for (int64_t h = 0; h < L.Hq; ++h)
-      for (int64_t i = 0; i < L.sq[b]; ++i) {
-        const int64_t li = L.lse_index(b, h, i);
-        const int64_t orow = (L.q_row(b, i) * L.Hq + h) * L.Dv;
-        // lse = logsumexp_s(lse_s) with its own max subtraction.
-        double mx = ninf;
-        for (int64_t s = 0; s < num_splits; ++s) mx = std::max(mx, lse_partial[s * lsz + li]);
-        if (mx == ninf) continue;  // every split empty: O = 0, LSE = -inf
-        double sum = 0;
-        for (int64_t s = 0; s < num_splits; ++s) sum += std::exp(lse_partial[s * lsz + li] - mx);
-        const double lse = mx + std::log(sum);
-        r.lse[li] = lse;
-        if (p.mutant == Mutant::combine_unweighted) {
-          int64_t n = 0;
-          for (int64_t s = 0; s < num_splits; ++s) n += lse_partial[s * lsz + li] != ninf;
-          for (int64_t s = 0; s < num_splits; ++s)
-            if (lse_partial[s * lsz + li] != ninf)
-              for (int64_t e = 0; e < L.Dv; ++e) r.o[orow + e] += o_partial[s * osz + orow + e] / n;
-          continue;
-        }
-        for (int64_t s = 0; s < num_splits; ++s) {
-          double w = std::exp(lse_partial[s * lsz + li] - lse);
-          if (!std::isfinite(w)) w = 0;
-          if (w == 0) continue;
-          for (int64_t e = 0; e < L.Dv; ++e) r.o[orow + e] += w * o_partial[s * osz + orow + e];
-        }
-      }
+      for (int64_t i = 0; i < L.sq[b]; ++i)
+        detail::combine_row(p, L, num_splits, o_partial.data(), lse_partial.data(), b, h, i, r.o.data(), r.lse.data());
   return r;
 }
 

@@ -153,10 +153,12 @@ struct ForwardResult {
   std::vector<double> o, lse;
   // Form (a) only: error-bound magnitudes (definitions above), layouts of o / lse.
   std::vector<double> o_mag, o_score_mag, lse_mag;
-  // Form (b) only: split-KV partials and their combine (always emitted, also for num_splits = 1).
+  // Form (b), num_splits > 1 only (empty with one split, whose partial is the unsplit pass o / lse
+  // and whose combine is o / lse again,
+  // weight exp(0) = 1, wherever LSE is finite or -inf): the split-KV partials, their o_mag / lse_mag (definitions
+  // above) over each split's keys (the sink, like the partial itself, in split 0 only), and their
+  // combine. Layouts of the partials, and of o / lse for the combine.
   std::vector<double> o_partial, lse_partial;
-  // Form (b), num_splits > 1 only: o_mag / lse_mag (definitions above) of each split's partial, over
-  // the split's keys (the sink, like the partial itself, in split 0 only); layouts of the partials.
   std::vector<double> o_partial_mag, lse_partial_mag;
   std::vector<double> o_combined, lse_combined;
 };
@@ -179,8 +181,8 @@ ForwardResult forward_definitional(const Params& p, const std::vector<double>& q
                                    const std::vector<double>& sink);
 
 // Form (b): online-softmax forward over KV tiles (same tensors as above). Emits o / lse from one
-// unsplit pass, o_partial / lse_partial for p.num_splits splits, and o_combined / lse_combined =
-// combine_splits(p, o_partial, lse_partial).
+// unsplit pass and, when p.num_splits > 1, o_partial / lse_partial for the splits and o_combined /
+// lse_combined = combine_splits(p, o_partial, lse_partial).
 ForwardResult forward_online(const Params& p, const std::vector<double>& q,
                              const std::vector<double>& k, const std::vector<double>& v,
                              const std::vector<double>& sink);

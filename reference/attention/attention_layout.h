@@ -58,4 +58,10 @@ void check_backward_inputs(const Layout& L, const Params& p, const std::vector<d
                            const std::vector<double>& lse, const std::vector<double>& dout,
                            const std::vector<double>& dlse);
 
+// Row (b, h, i) of combine_splits (attention.h): lse[li] and o[orow .. orow + Dv) from the ns
+// splits of o_partial / lse_partial (osz / lsz values per split); o's row holds zeros on entry and
+// lse[li] -inf, which a row whose splits are all empty keeps.
+void combine_row(const Params& p, const Layout& L, int64_t ns, const double* o_partial, const double* lse_partial,
+                 int64_t b, int64_t h, int64_t i, double* o, double* lse);
+
 }  // namespace assay::attention::detail

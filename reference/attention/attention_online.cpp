@@ -46,12 +46,15 @@ using CMap = Eigen::Map<const Mat, 0, Eigen::OuterStride<>>;
 // The KV tiles of every (sequence, KV head), packed once per call for the tile kernels
 // (attention_tiles.h): K as panels of 8 keys [npan, D, 8], V as tile_n rows of Dvp (Dv rounded up
 // to 8) columns; keys past the tile or past sk and columns past Dv are zero (the zero rows are what
-// a zero-filling TMA load gives, which the tail_unmasked mutant reads).
+// a zero-filling TMA load gives, which the tail_unmasked mutant reads). The tiles live in scratch
+// kept between calls on the calling thread (ReusedScratch, prefault.h; the pack writes every value
+// before anything reads it): fresh pages for them were a tenth of the form's time at 2 threads.
 struct PackedKV {
   int64_t npan = 0, Dvp = 0, ps = 0, ldv = 0;  // panels per tile, padded Dv, panel / V row strides
   int64_t ksz = 0, vsz = 0;                      // doubles per K / V tile
   std::vector<int64_t> first;                    // first tile of (b, hk): first[b * Hkv + hk]
-  Scratch k, v;
+  double* kbuf = nullptr;
+  double* vbuf = nullptr;
   int64_t Hkv = 0;
 
   PackedKV(const detail::Layout& L, const Params& p, const std::vector<double>& kin, const std::vector<double>& vin) {
@@ -67,12 +70,13 @@ struct PackedKV {
         for (int64_t n = 0; n < nt; ++n) tiles.push_back({b, hk, n});
       }
     const auto nt = static_cast<int64_t>(tiles.size());
-    k = scratch(std::max<int64_t>(1, nt * ksz)), v = scratch(std::max<int64_t>(1, nt * vsz));
+    thread_local ReusedScratch kws, vws;
+    kbuf = kws.get(std::max<int64_t>(1, nt * ksz)), vbuf = vws.get(std::max<int64_t>(1, nt * vsz));
 #pragma omp parallel for schedule(static)
     for (int64_t t = 0; t < nt; ++t) {
       const auto [b, hk, n] = tiles[t];
-      double* kp = k.get() + t * ksz;
-      double* vp = v.get() + t * vsz;
+      double* kp = kbuf + t * ksz;
+      double* vp = vbuf + t * vsz;
       for (int64_t c = 0; c < npan * 8; ++c) {
         const int64_t j = n * p.tile_n + c;
         const bool real = c < p.tile_n && j < L.sk[b];
@@ -84,8 +88,8 @@ struct PackedKV {
       }
     }
   }
-  const double* k_tile(int64_t b, int64_t hk, int64_t n) const { return k.get() + (first[b * Hkv + hk] + n) * ksz; }
-  const double* v_tile(int64_t b, int64_t hk, int64_t n) const { return v.get() + (first[b * Hkv + hk] + n) * vsz; }
+  const double* k_tile(int64_t b, int64_t hk, int64_t n) const { return kbuf + (first[b * Hkv + hk] + n) * ksz; }
+  const double* v_tile(int64_t b, int64_t hk, int64_t n) const { return vbuf + (first[b * Hkv + hk] + n) * vsz; }
 };
 
 struct Engine {
@@ -353,36 +357,38 @@ ForwardResult forward_online(const Params& p, const std::vector<double>& q,
   const PackedKV pk(L, p, k, v);
   const int64_t osz = L.o_size(), lsz = L.lse_size(), ns = p.num_splits;
   ForwardResult R;
-  // Fresh outputs with their pages faulted in by all threads (prefault.h): at B H S Dv = 32 MiB a
-  // serial first touch is a visible part of the time at 16 threads.
-  R.o = zeros_prefaulted(osz), R.lse.assign(lsz, kNegInf);
-  if (ns > 1) {
-    R.o_partial = zeros_prefaulted(ns * osz), R.lse_partial.assign(ns * lsz, kNegInf);
-    R.o_partial_mag = zeros_prefaulted(ns * osz), R.lse_partial_mag.assign(ns * lsz, 0);
-  }
+  // Fresh outputs with their pages faulted in by all threads, then zero-filled side by side
+  // (prefault.h): at B H S Dv = 32 MiB a serial first touch is a visible part of the time at 16
+  // threads.
+  reserve_prefaulted(R.o, osz);
+  if (ns > 1)
+    for (auto* o : {&R.o_partial, &R.o_partial_mag, &R.o_combined}) reserve_prefaulted(*o, o == &R.o_combined ? osz : ns * osz);
+  resize_concurrently({{&R.o, osz}, {&R.o_partial, ns > 1 ? ns * osz : 0}, {&R.o_partial_mag, ns > 1 ? ns * osz : 0},
+                       {&R.o_combined, ns > 1 ? osz : 0}});
+  R.lse.assign(lsz, kNegInf);
+  if (ns > 1) R.lse_partial.assign(ns * lsz, kNegInf), R.lse_partial_mag.assign(ns * lsz, 0), R.lse_combined.assign(lsz, kNegInf);
   const int64_t nw = static_cast<int64_t>(work.size());
-  // Work items are independent (each writes its own O rows / LSE values), so the result does not
-  // depend on the thread count or the schedule. Last tiles first: under causal masking they are
-  // the longest.
+  // Work items are independent (each writes its own O rows / LSE values, partials and combined
+  // rows), so the result does not depend on the thread count or the schedule. Last tiles first:
+  // under causal masking they are the longest.
 #pragma omp parallel for schedule(dynamic)
   for (int64_t w = 0; w < nw; ++w) {
     const auto& t = work[nw - 1 - w];
     const int64_t n_tiles = (L.sk[t.b] + p.tile_n - 1) / p.tile_n;
     E.run_tiles(pk, t.b, t.h, t.rows, 0, n_tiles, true, R.o.data(), R.lse.data());
-    if (ns == 1) continue;  // the single split is the unsplit pass (copied below)
+    if (ns == 1) continue;  // the single split is the unsplit pass (attention.h)
     const int64_t per = (n_tiles + ns - 1) / ns;  // tiles per split (FA's n_blocks_per_split)
     for (int64_t s = 0; s < ns; ++s) {
       const int64_t t0 = std::min(s * per, n_tiles), t1 = std::min((s + 1) * per, n_tiles);
       E.run_tiles(pk, t.b, t.h, t.rows, t0, t1, s == 0, R.o_partial.data() + s * osz, R.lse_partial.data() + s * lsz,
                   R.o_partial_mag.data() + s * osz, R.lse_partial_mag.data() + s * lsz);
     }
+    // combine_splits on this item's rows, while they are in cache (the same combine_row).
+    for (const auto& [i0, tm] : t.rows)
+      for (int64_t i = i0; i < i0 + tm; ++i)
+        detail::combine_row(p, L, ns, R.o_partial.data(), R.lse_partial.data(), t.b, t.h, i, R.o_combined.data(),
+                            R.lse_combined.data());
   }
-  if (ns == 1) {
-    reserve_prefaulted(R.o_partial, osz);
-    R.o_partial.assign(R.o.begin(), R.o.end()), R.lse_partial = R.lse;
-  }
-  auto c = combine_splits(p, ns, R.o_partial, R.lse_partial);
-  R.o_combined = std::move(c.o), R.lse_combined = std::move(c.lse);
   return R;
 }
 
