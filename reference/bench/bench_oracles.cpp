@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "reference/attention/attention.h"
+#include "reference/core/prefault.h"
 #include "reference/core/simd_isa.h"
 #include "reference/gated_delta/gated_delta.h"
 #include "reference/gated_delta/gated_delta_backward.h"
@@ -587,12 +588,16 @@ int main(int argc, char** argv) {
     args.push_back(argv[i]);
   }
   int n = static_cast<int>(args.size());
+  // As `assay` does (prefault.h): freed memory stays with the process, so each timed call's fresh
+  // outputs reuse mapped pages instead of paying first-touch faults that vary 20-fold on a VM.
+  const bool kept = assay::keep_freed_memory();
   register_all();
   benchmark::Initialize(&n, args.data());
   if (benchmark::ReportUnrecognizedArguments(n, args.data())) return 2;
   const char* omp = std::getenv("OMP_NUM_THREADS");
   benchmark::AddCustomContext("OMP_NUM_THREADS", omp ? omp : "(unset)");
   benchmark::AddCustomContext("omp_max_threads", std::to_string(omp_get_max_threads()));
+  benchmark::AddCustomContext("freed_memory", kept ? "kept by malloc (no mmap, no trim)" : "malloc defaults");
 #ifdef ASSAY_HAVE_OPENBLAS
   // The kernel OpenBLAS picked for this CPU: a VM that hides the CPU model can get a generic one
   // (measured: dgemm 98 GFLOP/s on 16 AVX-512 cores, 476 with OPENBLAS_CORETYPE=SKYLAKEX).

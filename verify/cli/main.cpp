@@ -7,6 +7,7 @@
 
 #include "assay_build.h"
 #include "reference/core/check.h"
+#include "reference/core/prefault.h"
 #include "reference/core/tensor.h"
 #include "verify/cli/cli.h"
 #include "verify/verdict.h"
@@ -33,6 +34,7 @@ std::string default_golden_dir(const std::string& level) {
 
 int main(int argc, char** argv) {
   using namespace assay;
+  keep_freed_memory();  // fresh outputs reuse mapped pages (prefault.h)
   CLI::App app{"assay " ASSAY_VERSION ": reference oracles, goldens and a differential gate for GPU kernels"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("assay ") + ASSAY_VERSION);
