@@ -153,11 +153,11 @@ struct ForwardResult {
   std::vector<double> o, lse;
   // Form (a) only: error-bound magnitudes (definitions above), layouts of o / lse.
   std::vector<double> o_mag, o_score_mag, lse_mag;
-  // Form (b), num_splits > 1 only (empty with one split, whose partial is the unsplit pass o / lse
-  // and whose combine is o / lse again,
-  // weight exp(0) = 1, wherever LSE is finite or -inf): the split-KV partials, their o_mag / lse_mag (definitions
-  // above) over each split's keys (the sink, like the partial itself, in split 0 only), and their
-  // combine. Layouts of the partials, and of o / lse for the combine.
+  // Form (b), num_splits > 1 only: the split-KV partials, their o_mag / lse_mag (definitions above)
+  // over each split's keys (the sink, like the partial itself, in split 0 only), and their combine;
+  // layouts of the partials, and of o / lse for the combine. Empty with one split: its partial is
+  // the unsplit pass o / lse, and its combine is o / lse again (weight exp(0) = 1 wherever LSE is
+  // finite or -inf).
   std::vector<double> o_partial, lse_partial;
   std::vector<double> o_partial_mag, lse_partial_mag;
   std::vector<double> o_combined, lse_combined;
