@@ -360,11 +360,10 @@ ForwardResult forward_online(const Params& p, const std::vector<double>& q,
   // Fresh outputs with their pages faulted in by all threads, then zero-filled side by side
   // (prefault.h): at B H S Dv = 32 MiB a serial first touch is a visible part of the time at 16
   // threads.
-  reserve_prefaulted(R.o, osz);
-  if (ns > 1)
-    for (auto* o : {&R.o_partial, &R.o_partial_mag, &R.o_combined}) reserve_prefaulted(*o, o == &R.o_combined ? osz : ns * osz);
-  resize_concurrently({{&R.o, osz}, {&R.o_partial, ns > 1 ? ns * osz : 0}, {&R.o_partial_mag, ns > 1 ? ns * osz : 0},
-                       {&R.o_combined, ns > 1 ? osz : 0}});
+  const int64_t psz = ns > 1 ? ns * osz : 0, csz = ns > 1 ? osz : 0;  // split outputs (none for one split)
+  reserve_prefaulted(R.o, osz), reserve_prefaulted(R.o_partial, psz), reserve_prefaulted(R.o_partial_mag, psz);
+  reserve_prefaulted(R.o_combined, csz);
+  resize_concurrently({{&R.o, osz}, {&R.o_partial, psz}, {&R.o_partial_mag, psz}, {&R.o_combined, csz}});
   R.lse.assign(lsz, kNegInf);
   if (ns > 1) R.lse_partial.assign(ns * lsz, kNegInf), R.lse_partial_mag.assign(ns * lsz, 0), R.lse_combined.assign(lsz, kNegInf);
   const int64_t nw = static_cast<int64_t>(work.size());
