@@ -1,6 +1,10 @@
 #include "kernels/registry.h"
 
 #include <dlfcn.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <cstddef>
 #include <algorithm>
@@ -211,6 +215,14 @@ std::string cstr(const char* s) { return s ? std::string(s) : std::string(); }
 }  // namespace
 
 std::vector<std::string> load_plugin(const std::string& path) {
+  // Only a regular file is handed to the loader: a FIFO would block dlopen's read forever, a
+  // device or a directory cannot be a plugin.
+  // (A bare name that is no file here is left to dlopen's library search.)
+  {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+      throw InputError(fmt::format("{}: cannot load plugin: not a regular file (a FIFO, device, socket or directory)", path));
+  }
   // RTLD_LOCAL: a plugin's symbols (its own static CUDA runtime included) stay private to it.
   void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!h) throw InputError(fmt::format("{}: cannot load plugin: {}", path, cstr(dlerror())));

@@ -12,6 +12,7 @@
 
 #include "fixtures/gen/inputs.h"
 #include "verify/compare.h"
+#include "verify/safe_files.h"
 #include "verify/h5.h"
 #include "verify/error_profile.h"
 
@@ -348,6 +349,8 @@ bool write_bisect_bundle(const Golden& g, BisectReport& r, const std::string& pr
     d.single_form[d.outputs.back().expected.name] = "a slice cut by assay bisect from the full golden";
   }
   const std::string gpath = prefix + ".golden.h5", cpath = prefix + ".candidate.h5";
+  check_output_path(gpath, "--repro");
+  check_output_path(cpath, "--repro");
   write_golden(gpath, d);
   const std::string tmp = fmt::format("{}.tmp.{}", cpath, static_cast<long>(::getpid()));
   {

@@ -251,6 +251,9 @@ std::string last_line(const std::string& s0) {
   return nl == std::string::npos ? s : s.substr(nl + 1);
 }
 
+// The file that marks a --work-dir as made by assay bisect (only then are its contents replaced).
+constexpr const char* kWorkMarker = ".assay-bisect";
+
 // 'text' for sh, with ' as '\''.
 std::string sq(const std::string& s) {
   std::string o = "'";
@@ -259,6 +262,37 @@ std::string sq(const std::string& s) {
     else o += c;
   }
   return o + "'";
+}
+
+// The --candidate-cmd with {golden} and {out} standing for the shell variables $ASSAY_GOLDEN and
+// $ASSAY_OUT, never for the paths themselves: a golden's file name is data, and pasted into a shell
+// command it would run (`x$(touch PWNED).h5`). Each placeholder becomes a double-quoted expansion
+// whatever quotes the user put around it (the shell never re-parses an expansion's value):
+//   {golden}      -> "$ASSAY_GOLDEN"
+//   "..{golden}.."-> "..${ASSAY_GOLDEN}.."   (inside double quotes)
+//   '..{golden}..'-> '..'"$ASSAY_GOLDEN"'..' (single quotes closed around it)
+std::string bind_placeholders(const std::string& cmd) {
+  std::string o;
+  enum { kPlain, kSingle, kDouble } q = kPlain;
+  for (size_t i = 0; i < cmd.size(); ++i) {
+    const char c = cmd[i];
+    const char* var = cmd.compare(i, 8, "{golden}") == 0 ? "ASSAY_GOLDEN" : cmd.compare(i, 5, "{out}") == 0 ? "ASSAY_OUT" : nullptr;
+    if (var) {
+      if (q == kPlain) o += fmt::format("\"${{{}}}\"", var);
+      else if (q == kDouble) o += fmt::format("${{{}}}", var);
+      else o += fmt::format("'\"${{{}}}\"'", var);
+      i += std::string_view(var) == "ASSAY_GOLDEN" ? 7 : 4;
+      continue;
+    }
+    o += c;
+    if (q == kPlain && c == '\\' && i + 1 < cmd.size()) o += cmd[++i];
+    else if (q == kDouble && c == '\\' && i + 1 < cmd.size()) o += cmd[++i];
+    else if (q == kPlain && c == '\'') q = kSingle;
+    else if (q == kSingle && c == '\'') q = kPlain;
+    else if (q == kPlain && c == '"') q = kDouble;
+    else if (q == kDouble && c == '"') q = kPlain;
+  }
+  return o;
 }
 
 struct Interrupted {};
@@ -410,11 +444,6 @@ std::vector<fs::path> select_goldens(const fs::path& dir, const std::vector<std:
   return out;
 }
 
-std::string replace_all(std::string s, const std::string& from, const std::string& to) {
-  for (size_t p = 0; (p = s.find(from, p)) != std::string::npos; p += to.size()) s.replace(p, from.size(), to);
-  return s;
-}
-
 void write_script(const fs::path& p, const std::string& text) {
   {
     std::ofstream out(p, std::ios::binary | std::ios::trunc);
@@ -470,25 +499,47 @@ GitBisectResult run_git_bisect(const GitBisectOptions& o) {
     work = t;
     made_temp = true;
   } else {
+    // Nothing is created or deleted in a --work-dir before the checks below: it must be a new or
+    // empty directory, or one an earlier bisect made (its marker file), and outside the work tree
+    // (git checks out every commit there).
     std::error_code ec;
-    fs::create_directories(o.work_dir, ec);
-    if (!fs::is_directory(o.work_dir)) throw InputError(fmt::format("--work-dir {}: cannot create it", o.work_dir));
-    work = fs::canonical(o.work_dir);
+    const auto st = fs::symlink_status(o.work_dir, ec);
+    if (fs::exists(st)) {
+      if (!fs::is_directory(st)) throw InputError(fmt::format("--work-dir {}: exists and is not a directory", o.work_dir));
+      const bool empty = fs::is_empty(o.work_dir, ec);
+      if (!empty && !fs::exists(fs::path(o.work_dir) / kWorkMarker))
+        throw InputError(fmt::format("--work-dir {}: not empty and not made by assay bisect (no {}): refused (it would be "
+                                     "overwritten); give a new directory",
+                                     o.work_dir, kWorkMarker));
+      work = fs::canonical(o.work_dir);
+    } else {
+      work = fs::weakly_canonical(fs::absolute(o.work_dir));
+    }
   }
   const fs::path commits = work / "commits", progress_file = work / "progress";
-  fs::remove_all(commits);
-  fs::create_directories(commits);
-  fs::remove(progress_file);
-  std::ofstream(progress_file).flush();
 
   SignalScope signals;
   GitBisectResult res;
   res.work_dir = work.string();
 
   // ---- the repository ----
+  // Until every check passed, git's own output goes to a private temp dir, not the --work-dir.
+  struct CheckDir {
+    fs::path p;
+    ~CheckDir() {
+      std::error_code ec;
+      if (!p.empty()) fs::remove_all(p, ec);
+    }
+  } check_dir;
+  if (!made_temp) {
+    std::string t = (fs::temp_directory_path() / "assay-bisect-check-XXXXXX").string();
+    if (!::mkdtemp(t.data())) throw InputError(fmt::format("cannot create a temp directory: {}", std::strerror(errno)));
+    check_dir.p = t;
+  }
+  const std::string check_log = made_temp ? work.string() : check_dir.p.string();
   std::string top;
   {
-    Git pre(fs::absolute(o.repo).string(), work.string());
+    Git pre(fs::absolute(o.repo).string(), check_log);
     auto r = pre.run({"rev-parse", "--show-toplevel"});
     if (r.code != 0) {
       if (made_temp) fs::remove_all(work);
@@ -496,7 +547,15 @@ GitBisectResult run_git_bisect(const GitBisectOptions& o) {
     }
     top = trim(r.out);
   }
-  Git git(top, work.string());
+  // The work dir must not lie inside the work tree that git checks out at every commit.
+  if (!made_temp) {
+    const auto rel = fs::path(work).lexically_relative(fs::weakly_canonical(top));
+    if (!rel.empty() && *rel.begin() != "..")
+      throw InputError(fmt::format("--work-dir {}: inside the repository {} (git checks out every commit there); give a "
+                                   "directory outside it",
+                                   o.work_dir, top));
+  }
+  Git git(top, check_log);
   auto refuse = [&](const std::string& why) {
     if (made_temp) fs::remove_all(work);
     throw InputError(fmt::format("--repo {}: {}", top, why));
@@ -520,6 +579,15 @@ GitBisectResult run_git_bisect(const GitBisectOptions& o) {
     auto br = git.run({"symbolic-ref", "-q", "--short", "HEAD"});
     orig_branch = br.code == 0 ? trim(br.out) : "";
     orig_hash = git.must({"rev-parse", "HEAD"}, "git rev-parse HEAD");
+
+    // ---- the work dir, now that every check passed ----
+    fs::create_directories(work);
+    git = Git(top, work.string());
+    std::ofstream(work / kWorkMarker) << "made by assay bisect --git; its commits/ and progress are rewritten by the next run\n";
+    fs::remove_all(commits);
+    fs::create_directories(commits);
+    fs::remove(progress_file);
+    std::ofstream(progress_file).flush();
 
     // ---- the scripts ----
     fs::create_directories(work / "bin");
@@ -555,8 +623,9 @@ GitBisectResult run_git_bisect(const GitBisectOptions& o) {
       step += "# one candidate per golden\n";
       for (const auto& g : goldens) {
         const auto rel = fs::relative(g, golden);
-        const std::string out_q = "\"$C\"/" + sq(rel.string());
-        const std::string cmd = replace_all(replace_all(o.candidate_cmd, "{golden}", sq(g.string())), "{out}", out_q);
+        // The paths reach the command as environment variables (bind_placeholders), never as text.
+        const std::string cmd = "ASSAY_GOLDEN=" + sq(g.string()) + " ASSAY_OUT=\"$C\"/" + sq(rel.string()) +
+                                "; export ASSAY_GOLDEN ASSAY_OUT; " + bind_placeholders(o.candidate_cmd);
         auto err_rel = rel;
         err_rel.replace_extension(".error");
         auto log_rel = rel;

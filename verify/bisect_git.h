@@ -6,7 +6,10 @@
 //        plugin path is relative to the repository, rebuilt at every commit), or
 //      - Python / any producer: `--candidate-cmd "python -m mypkg.write {golden} {out}"` run once
 //        per selected golden ({golden}: the golden's path, {out}: where to write the candidate),
-//        then one `assay compare --golden-dir ... --candidate-dir ...`,
+//        then one `assay compare --golden-dir ... --candidate-dir ...`. The paths reach the
+//        command as the environment variables ASSAY_GOLDEN and ASSAY_OUT: each placeholder
+//        becomes a quoted expansion of one of them (whatever quotes surround it), so no file name
+//        is ever parsed by the shell,
 //   3. maps the verdicts to git's codes: Passed 0; Incorrect / Failed / Hung 1; NotRun / Stale /
 //      anything else (could not judge) 125.
 // The repository is left as it was found (`git bisect reset` to the original HEAD), also on error
@@ -30,7 +33,8 @@ struct GitBisectOptions {
   std::string golden_dir;                  // --golden DIR (goldens: a directory of <op>/<case>.h5 or of <case>.h5)
   std::string fixtures_dir;                // for staleness and the tolerance policy
   std::string assay_exe;                   // this assay binary (judges every commit; never rebuilt)
-  std::string work_dir;                    // logs, scripts, candidates; empty: a temp dir
+  std::string work_dir;                    // logs, scripts, candidates; empty: a temp dir. Must be new,
+                                           // empty or made by an earlier bisect, and outside the repository
   double timeout_s = 600;                  // per commit: build + judge
   bool verbose = false;
 };

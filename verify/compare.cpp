@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "reference/core/check.h"
+#include "verify/golden.h"
 
 namespace assay {
 
@@ -172,6 +173,23 @@ TensorReport compare_tensor(const Output& golden, const std::vector<double>& a, 
                   : Verdict::Incorrect;
   if (!r.never_pass.empty()) r.max_ratio = INFINITY;
   return r;
+}
+
+void check_rounded_accepted(const Golden& g, const TolerancePolicy& policy) {
+  for (const auto& o : g.outputs) {
+    if (!o.rounded) continue;
+    const auto& e = o.expected;
+    std::vector<double> v(o.rounded->size());
+    for (size_t i = 0; i < v.size(); ++i) v[i] = decode(e.dtype, (*o.rounded)[i]);
+    const auto r = compare_tensor(o, v, policy.lookup(g.prov.op, e.name, e.dtype, kStrictProfile));
+    if (r.verdict != Verdict::Passed)
+      throw OracleDisagreement(fmt::format("{}/{}: output '{}': its own /rounded codes are rejected by its strict rule "
+                                           "({} of {} elements, first {}: code {:#x} decodes to {}, expected {}): the "
+                                           "golden would fail a kernel that writes exactly them",
+                                           g.prov.op, g.prov.case_name, e.name, r.mismatches, r.n, r.first_bad_index,
+                                           (*o.rounded)[static_cast<size_t>(r.first_bad)],
+                                           v[static_cast<size_t>(r.first_bad)], e.data[static_cast<size_t>(r.first_bad)]));
+  }
 }
 
 TensorReport compare_with_policy(const TolerancePolicy& policy, std::string_view op, const Output& golden,

@@ -71,4 +71,11 @@ TensorReport compare_tensor(const Output& golden, const std::vector<double>& act
 TensorReport compare_with_policy(const TolerancePolicy& policy, std::string_view op, const Output& golden,
                                  const std::vector<double>& actual, std::string_view profile = kStrictProfile);
 
+// A golden must accept itself: every output's /rounded codes (what a kernel in the output dtype
+// writes), decoded, pass that output's strict rule. OracleDisagreement naming the output, its first
+// rejected element and why otherwise (assay gen refuses to write such a golden; a test checks
+// every committed one).
+struct Golden;
+void check_rounded_accepted(const Golden& g, const TolerancePolicy& policy);
+
 }  // namespace assay

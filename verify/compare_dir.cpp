@@ -12,10 +12,12 @@
 #include "verify/h5.h"
 #include "verify/runner.h"
 #include "verify/runner_internal.h"
+#include "verify/safe_files.h"
 #include "verify/stale.h"
 
 namespace assay {
 namespace fs = std::filesystem;
+constexpr size_t kErrorCap = 64 * 1024;  // bytes of a <case>.error file that are read
 
 std::string incorrect_reason(const std::vector<TensorReport>& tensors) {
   for (const auto& t : tensors)
@@ -87,7 +89,7 @@ RunReport compare_dirs(const CompareDirOptions& o) {
   std::vector<fs::path> goldens;
   for (auto it = fs::recursive_directory_iterator(o.golden_dir, fs::directory_options::skip_permission_denied);
        it != fs::recursive_directory_iterator(); ++it)
-    if (it->is_regular_file() && it->path().extension() == ".h5") goldens.push_back(it->path());
+    if (std::error_code fe; it->is_regular_file(fe) && it->path().extension() == ".h5") goldens.push_back(it->path());
   std::sort(goldens.begin(), goldens.end());
   std::map<std::string, std::shared_ptr<TolerancePolicy>> policies;  // per op
   for (const auto& gp : goldens) {
@@ -129,17 +131,44 @@ RunReport compare_dirs(const CompareDirOptions& o) {
     const fs::path cand = fs::path(o.candidate_dir) / rel;
     fs::path err = cand;
     err.replace_extension(".error");
-    if (fs::exists(err)) {
-      const std::string text = runner_detail::slurp(err.string());
-      const auto nl = text.find('\n');
+    // The candidate directory is written by the producer (assay.check, a user's script): its files
+    // are looked at without following links, and an .error file is read as a regular file of at
+    // most kErrorCap bytes (a FIFO, device, link or huge file is the producer's failure, named).
+    std::error_code ec;
+    const auto est = fs::symlink_status(err, ec);
+    if (!ec && fs::exists(est)) {
       cr.verdict = Verdict::Failed;
-      cr.reason = "the candidate's producer failed: " + (text.empty() ? std::string("(empty ") + err.string() + ")" : text.substr(0, nl));
-      cr.log_tail = runner_detail::tail_text(text, 6000, 40);
       cr.findings.push_back("error file: " + err.string());
+      try {
+        const auto et = read_small_text(err.string(), kErrorCap);
+        const std::string& text = et.text;
+        const std::string first = text.substr(0, text.find('\n'));
+        // "Hung: ..." is what assay.check writes for a kernel killed at its --timeout.
+        if (first.rfind("Hung:", 0) == 0) cr.verdict = Verdict::Hung;
+        cr.reason = "the candidate's producer failed: " + (text.empty() ? std::string("(empty ") + err.string() + ")" : first);
+        cr.log_tail = runner_detail::tail_text(text, 6000, 40);
+        if (et.truncated) cr.findings.push_back(fmt::format("error file: only its first {} bytes were read", kErrorCap));
+      } catch (const InputError& e) {
+        cr.reason = std::string("the candidate's producer failed; its error file is unreadable: ") + e.what();
+      }
       done();
       continue;
     }
-    if (!fs::exists(cand)) {
+    // A <case>.error name over NAME_MAX cannot exist (the golden's own name fits): no error file.
+    if (ec && ec != std::errc::no_such_file_or_directory && ec != std::errc::filename_too_long) {  // a loop in the path
+      cr.verdict = Verdict::Failed;
+      cr.reason = fmt::format("cannot look for the candidate's error file {}: {}", err.string(), ec.message());
+      done();
+      continue;
+    }
+    const auto cst = fs::symlink_status(cand, ec);
+    if (ec && ec != std::errc::no_such_file_or_directory) {
+      cr.verdict = Verdict::Failed;
+      cr.reason = fmt::format("cannot look for the candidate {}: {}", cand.string(), ec.message());
+      done();
+      continue;
+    }
+    if (!fs::exists(cst)) {
       cr.verdict = Verdict::NotRun;
       cr.reason = "no candidate " + cand.string();
       done();
@@ -168,10 +197,11 @@ RunReport compare_dirs(const CompareDirOptions& o) {
   // A candidate no golden asked for is most often a misspelt case name: say so (it is not judged).
   for (auto it = fs::recursive_directory_iterator(o.candidate_dir, fs::directory_options::skip_permission_denied);
        it != fs::recursive_directory_iterator(); ++it) {
-    if (!it->is_regular_file() || (it->path().extension() != ".h5" && it->path().extension() != ".error")) continue;
-    auto g = fs::path(o.golden_dir) / fs::relative(it->path(), o.candidate_dir);
+    std::error_code fe;
+    if (!it->is_regular_file(fe) || (it->path().extension() != ".h5" && it->path().extension() != ".error")) continue;
+    auto g = fs::path(o.golden_dir) / fs::relative(it->path(), o.candidate_dir, fe);
     g.replace_extension(".h5");
-    if (!fs::exists(g)) rep.notes.push_back(fmt::format("{}: no golden {} for it: not judged", it->path().string(), g.string()));
+    if (!fs::exists(g, fe)) rep.notes.push_back(fmt::format("{}: no golden {} for it: not judged", it->path().string(), g.string()));
   }
   if (rep.cases.empty())
     throw InputError(fmt::format("--golden-dir {}: no golden{}", o.golden_dir, o.case_globs.empty() ? "" : " matches --case"));

@@ -8,7 +8,9 @@
 // --case glob is paired with C/<rel>.h5. Per pair, in this order:
 //   unreadable golden, or its hashes / fixture disagree (verify/stale.h)  -> Stale
 //   C/<rel>.error exists (a text file: the producer of the candidate failed; Python's
-//   assay.check writes the traceback there; its first line is the reason)  -> Failed
+//   assay.check writes the traceback there; its first line is the reason; read as a regular
+//   file, never through a link, at most 64 KiB)                            -> Failed
+//     (Hung when its first line starts with "Hung:": a kernel killed at its timeout)
 //   C/<rel>.h5 missing                                                       -> NotRun
 //   a candidate that is not a valid candidate (malformed HDF5, missing output, wrong shape or
 //   dtype: the one-line error of the single-file mode)                       -> Failed

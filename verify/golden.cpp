@@ -15,6 +15,7 @@
 #include "fixtures/gen/philox.h"
 #include "reference/core/check.h"
 #include "verify/h5.h"
+#include "verify/safe_files.h"
 
 namespace assay {
 
@@ -171,6 +172,7 @@ static void write_codes(h5::File& f, const std::string& ds, DType t, const Shape
 void write_golden(const std::string& path, const Golden& g) {
   namespace fs = std::filesystem;
   std::lock_guard<std::recursive_mutex> lk(h5::library_mutex());
+  check_output_path(path, "golden");  // never renamed over a device, FIFO, link or an input
   fs::create_directories(fs::path(path).parent_path());
   const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
   try {

@@ -17,6 +17,7 @@
 
 #include "reference/core/check.h"
 #include "reference/core/tensor.h"
+#include "verify/safe_files.h"
 
 namespace assay::h5 {
 
@@ -27,6 +28,9 @@ struct SilenceHdf5 {
     // file, and its atexit cleanup would crash flushing it again. The OS reclaims everything.
     H5dont_atexit();
     H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+    // No filter plugins: a candidate naming an unknown filter must not make HDF5 load a shared
+    // library from $HDF5_PLUGIN_PATH (only the built-in deflate and shuffle are accepted, below).
+    H5PLset_loading_state(0);
   }
 };
 const SilenceHdf5 silence_hdf5;
@@ -122,6 +126,7 @@ File File::create(const std::string& path) {
   silence_this_thread();
   File f;
   f.path_ = path;
+  check_output_path(path, "");  // H5Fcreate truncates: never a device, FIFO, link or an input
   Handle fcpl(H5Pcreate(H5P_FILE_CREATE), H5Pclose);
   Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
   // The 1.8 file format (compact object headers), readable by any HDF5 >= 1.8 reader.
@@ -146,6 +151,7 @@ File File::open_read(const std::string& path) {
   File f;
   f.path_ = path;
   f.require_regular_file();
+  note_input(path);  // an output path equal to this file is refused (safe_files.h)
   if (H5Fis_hdf5(path.c_str()) <= 0) f.fail("", "not an HDF5 file (or truncated)");
   f.file_ = Handle(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
   if (!f.file_) f.fail("", "cannot open HDF5 file (truncated or corrupt)");
@@ -178,7 +184,10 @@ void File::close() {
 }
 
 bool File::exists(const std::string& p) const {
-  // Check each path component so that a missing parent is not an error.
+  // Check each path component so that a missing parent is not an error, and that every component
+  // is a hard link before anything is opened through it: an external link would make HDF5 open
+  // another file (any path, a FIFO that blocks), a soft or user-defined link points elsewhere in
+  // ways assay never writes. Such a link is refused, naming it.
   std::string cur;
   size_t pos = 1;
   while (pos <= p.size()) {
@@ -187,6 +196,12 @@ bool File::exists(const std::string& p) const {
     cur = p.substr(0, next);
     if (H5Lexists(file_.get(), cur.c_str(), H5P_DEFAULT) <= 0) return false;
     pos = next + 1;
+    if (cur == "/") continue;  // the root group: no link leads to it
+    H5L_info_t li;
+    if (H5Lget_info(file_.get(), cur.c_str(), &li, H5P_DEFAULT) < 0) fail(cur, "cannot read the link (corrupt file?)");
+    if (li.type != H5L_TYPE_HARD)
+      fail(cur, fmt::format("{} link: refused (assay reads objects stored in the file itself, never through links)",
+                            li.type == H5L_TYPE_EXTERNAL ? "an external" : li.type == H5L_TYPE_SOFT ? "a soft" : "a user-defined"));
   }
   return true;
 }
@@ -259,12 +274,39 @@ DatasetInfo File::info(const std::string& ds) const {
   std::vector<hsize_t> dims(static_cast<size_t>(rank));
   H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
   r.shape.assign(dims.begin(), dims.end());
+  check_storage(ds, d.get());
   const H5T_class_t cls = H5Tget_class(type.get());
   r.is_float = cls == H5T_FLOAT;
   r.is_integer = cls == H5T_INTEGER;
   r.is_signed = r.is_integer && H5Tget_sign(type.get()) == H5T_SGN_2;
   r.elem_size = H5Tget_size(type.get());
   return r;
+}
+
+// A dataset's elements must live in this file and be stored the way assay writes them: contiguous,
+// compact or chunked, with no filter but deflate and shuffle. External raw storage would make HDF5
+// read any file (its bytes then shown as "got" values), a virtual layout maps other files, and any
+// other filter is a plugin (loading is switched off) or not something assay writes.
+void File::check_storage(const std::string& ds, hid_t d) const {
+  Handle dcpl(H5Dget_create_plist(d), H5Pclose);
+  if (!dcpl) fail(ds, "cannot read the dataset's storage properties (corrupt file?)");
+  const H5D_layout_t layout = H5Pget_layout(dcpl.get());
+  if (layout == H5D_VIRTUAL) fail(ds, "a virtual dataset (its elements live in other files): refused");
+  if (layout != H5D_CONTIGUOUS && layout != H5D_COMPACT && layout != H5D_CHUNKED) fail(ds, "unknown storage layout: refused");
+  if (H5Pget_external_count(dcpl.get()) != 0)
+    fail(ds, "external raw storage (its elements live in another file): refused");
+  const int nf = H5Pget_nfilters(dcpl.get());
+  if (nf < 0) fail(ds, "cannot read the dataset's filters (corrupt file?)");
+  for (int i = 0; i < nf; ++i) {
+    unsigned flags = 0, cd[8];
+    size_t ncd = 8;
+    char fname[64] = {0};
+    unsigned config = 0;
+    const H5Z_filter_t id = H5Pget_filter2(dcpl.get(), static_cast<unsigned>(i), &flags, &ncd, cd, sizeof fname, fname, &config);
+    if (id != H5Z_FILTER_DEFLATE && id != H5Z_FILTER_SHUFFLE)
+      fail(ds, fmt::format("filter {} ('{}'): refused (assay reads deflate and shuffle only)", static_cast<long>(id),
+                           printable(std::string_view(fname, strnlen(fname, sizeof fname)), 60)));
+  }
 }
 
 // The declared element count, refused (naming the dataset) when it overflows or the 8-byte

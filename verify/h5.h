@@ -1,6 +1,8 @@
 // A small RAII wrapper over the HDF5 1.10 C API: files, groups, datasets, attributes.
 // Every failure throws assay::InputError naming the file and the object path; HDF5's own error
-// stack printing is switched off. Datasets are written deterministically: no object timestamps,
+// stack printing is switched off. Files are read as written by someone untrusted: objects only
+// through hard links, dataset elements only from this file (no external raw storage or virtual
+// layout), no filter but deflate and shuffle, and HDF5's plugin loading off. Datasets are written deterministically: no object timestamps,
 // fixed chunking, shuffle + deflate for datasets over 16 KiB.
 #pragma once
 #include <cstdint>
@@ -112,6 +114,7 @@ class File {
   Handle obj(const std::string& path) const;
   [[noreturn]] void fail(const std::string& obj, const std::string& what) const;
   void require_regular_file() const;
+  void check_storage(const std::string& ds, hid_t d) const;
   void replace_attr(hid_t h, const std::string& obj, const std::string& name) const;
   int64_t declared_elements(const std::string& ds, const DatasetInfo& inf) const;
   std::string path_;

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "verify/error_profile.h"
+#include "verify/safe_files.h"
 
 namespace assay {
 
@@ -132,35 +133,41 @@ std::string to_junit(const RunReport& r) {
   return s;
 }
 
+// Every string here may come from an input (a candidate's attributes, an .error file, a golden's
+// provenance): printed through printable(), so control characters reach the terminal escaped and
+// each row stays one line.
 void print_console(const RunReport& r, bool verbose) {
   if (r.device.is_object())
-    fmt::print("assay {}: {} | driver {} | CUDA runtime {} | cc {}{}\n", r.tool, r.device.value("name", std::string("?")),
-               r.device.value("driver", std::string("?")), r.device.value("cuda_runtime", std::string("?")),
-               r.device.value("compute_capability", std::string("?")),
-               r.sanitizer_version.empty() ? "" : " | " + r.sanitizer_version);
+    fmt::print("assay {}: {} | driver {} | CUDA runtime {} | cc {}{}\n", r.tool, printable(r.device.value("name", std::string("?"))),
+               printable(r.device.value("driver", std::string("?"))), printable(r.device.value("cuda_runtime", std::string("?"))),
+               printable(r.device.value("compute_capability", std::string("?"))),
+               r.sanitizer_version.empty() ? "" : " | " + printable(r.sanitizer_version));
   else if (r.tool == "compare")
-    fmt::print("assay compare: goldens {} (candidates computed elsewhere; no device needed)\n", r.golden_dir);
+    fmt::print("assay compare: goldens {} (candidates computed elsewhere; no device needed)\n", printable(r.golden_dir));
   else
-    fmt::print("assay {}: NOT RUN: {}\n", r.tool, r.device_error);
-  if (!r.shard.empty()) fmt::print("shard {}\n", r.shard);
+    fmt::print("assay {}: NOT RUN: {}\n", r.tool, printable(r.device_error));
+  if (!r.shard.empty()) fmt::print("shard {}\n", printable(r.shard));
+  auto kernel_col = [](const CaseResult& c) {
+    return printable(c.profile == kStrictProfile ? c.kernel : c.kernel + " [" + c.profile + "]", 200);
+  };
+  auto case_col = [](const CaseResult& c) { return printable(c.op + "/" + c.case_name, 200); };
   size_t kw = 6, cw = 4;
-  for (const auto& c : r.cases) kw = std::max(kw, c.kernel.size() + (c.profile == kStrictProfile ? 0 : c.profile.size() + 3)), cw = std::max(cw, c.op.size() + 1 + c.case_name.size());
+  for (const auto& c : r.cases) kw = std::max(kw, kernel_col(c).size()), cw = std::max(cw, case_col(c).size());
   fmt::print("{:<12} {:<{}} {:<{}} {:>9} {:>10}  {}\n", "verdict", "kernel", kw, "case", cw, "max_abs", "kernel_ms", "detail");
   for (const auto& c : r.cases) {
     double ma = 0;
     for (const auto& t : c.tensors) ma = std::max(ma, t.max_abs);
     std::string ms = c.kernel_ms.empty() ? "-" : fmt::format("{:.3f}", c.kernel_ms.front());
-    fmt::print("{:<12} {:<{}} {:<{}} {:>9} {:>10}  {}\n", verdict_name(c.verdict),
-               c.profile == kStrictProfile ? c.kernel : c.kernel + " [" + c.profile + "]", kw, c.op + "/" + c.case_name, cw,
-               c.tensors.empty() ? std::string("-") : fmt::format("{:.2e}", ma), ms, c.reason);
+    fmt::print("{:<12} {:<{}} {:<{}} {:>9} {:>10}  {}\n", verdict_name(c.verdict), kernel_col(c), kw, case_col(c), cw,
+               c.tensors.empty() ? std::string("-") : fmt::format("{:.2e}", ma), ms, printable(c.reason));
     const bool bad = c.verdict != Verdict::Passed && c.verdict != Verdict::NotSupported;
     if (verbose || bad) {
       for (const auto& t : c.tensors)
-        if (verbose || t.verdict != Verdict::Passed) fmt::print("    {}\n", t.summary());
-      for (const auto& f : c.findings) fmt::print("    {}\n", f);
-      if (!c.repro.empty()) fmt::print("    repro bundle: {}\n", c.repro);
+        if (verbose || t.verdict != Verdict::Passed) fmt::print("    {}\n", printable(t.summary()));
+      for (const auto& f : c.findings) fmt::print("    {}\n", printable(f));
+      if (!c.repro.empty()) fmt::print("    repro bundle: {}\n", printable(c.repro));
       if (!c.log_tail.empty() && (c.verdict == Verdict::Failed || c.verdict == Verdict::Hung)) {
-        std::string t = c.log_tail;
+        const std::string t = printable_lines(c.log_tail);
         size_t p = 0;
         while (p < t.size()) {
           size_t q = t.find('\n', p);
@@ -171,7 +178,7 @@ void print_console(const RunReport& r, bool verbose) {
       }
     }
   }
-  for (const auto& n : r.notes) fmt::print("note: {}\n", n);
+  for (const auto& n : r.notes) fmt::print("note: {}\n", printable(n));
   fmt::print("{} cases: {} Passed, {} Incorrect, {} Failed, {} Hung, {} NotSupported, {} Stale, {} NotRun ({:.1f} s)\n",
              r.cases.size(), r.count(Verdict::Passed), r.count(Verdict::Incorrect), r.count(Verdict::Failed),
              r.count(Verdict::Hung), r.count(Verdict::NotSupported), r.count(Verdict::Stale), r.count(Verdict::NotRun), r.wall_s);

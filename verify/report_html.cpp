@@ -13,6 +13,7 @@
 
 #include "reference/core/check.h"
 #include "verify/error_profile.h"
+#include "verify/safe_files.h"
 
 namespace assay {
 namespace {
@@ -336,6 +337,7 @@ std::string to_html(const RunReport& r) {
 void write_text_file(const std::string& path, const std::string& text) {
   namespace fs = std::filesystem;
   const fs::path p(path);
+  check_output_path(path, "");  // a device, FIFO, link or an input of the run is never replaced
   std::error_code ec;
   if (p.has_parent_path()) fs::create_directories(p.parent_path(), ec);
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());

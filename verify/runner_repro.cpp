@@ -11,6 +11,7 @@
 #include "verify/compare.h"
 #include "verify/h5.h"
 #include "verify/runner_internal.h"
+#include "verify/safe_files.h"
 
 namespace assay {
 namespace fs = std::filesystem;
@@ -87,6 +88,7 @@ namespace runner_detail {
 void write_repro(const std::string& path, const Golden& g, const std::string& kernel,
                  const std::vector<std::vector<double>>& actual, const std::vector<Tolerance>& tols,
                  std::vector<std::string>& notes) {
+  check_output_path(path, "repro bundle");
   fs::create_directories(fs::path(path).parent_path());
   auto f = h5::File::create(path);
   f.set_attr("/", "op", g.prov.op);

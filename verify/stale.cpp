@@ -1,6 +1,9 @@
 #include "verify/stale.h"
 
 #include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
 
 #include <fmt/format.h>
 #include <toml++/toml.h>
@@ -8,6 +11,7 @@
 #include "fixtures/gen/inputs.h"
 #include "fixtures/gen/op.h"
 #include "reference/core/check.h"
+#include "reference/core/toml_text.h"
 
 namespace assay {
 
@@ -30,9 +34,9 @@ static std::string rstrip_lines(const std::string& s) {
 static StaleResult check_case_text(const Golden& g) {
   toml::table doc;
   try {
-    doc = toml::parse(g.prov.case_toml);
-  } catch (const toml::parse_error& e) {
-    return {true, fmt::format("attribute case_toml does not parse as a [[case]] block ({})", e.description())};
+    doc = parse_toml(g.prov.case_toml, "attribute case_toml");
+  } catch (const InputError& e) {
+    return {true, fmt::format("attribute case_toml does not parse as a [[case]] block ({})", e.what())};
   }
   const auto* arr = doc["case"].as_array();
   const auto* c = arr && arr->size() == 1 ? arr->get(0)->as_table() : nullptr;
@@ -45,6 +49,22 @@ static StaleResult check_case_text(const Golden& g) {
     return {true, fmt::format("attribute seed = {} but case_toml says seed = {}", g.prov.seed,
                               seed ? std::to_string(*seed) : std::string("(none)"))};
   return {};
+}
+
+// The fixtures of this run, each parsed once (a directory of 100 goldens against a 10,000-case
+// fixture parsed it 100 times). Keyed by path, size and modification time, so an edited fixture
+// is read again.
+static std::shared_ptr<const gen::Fixture> cached_fixture(const std::string& path) {
+  static std::mutex m;
+  static std::map<std::string, std::pair<std::string, std::shared_ptr<const gen::Fixture>>> cache;
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path, ec);
+  const auto mtime = std::filesystem::last_write_time(path, ec);
+  const std::string key = fmt::format("{}:{}", ec ? 0 : size, ec ? 0 : mtime.time_since_epoch().count());
+  std::lock_guard<std::mutex> lk(m);
+  auto& slot = cache[path];
+  if (!slot.second || slot.first != key) slot = {key, std::make_shared<const gen::Fixture>(gen::load_fixture(path))};
+  return slot.second;
 }
 
 StaleResult check_stale(const Golden& g, const std::string& fixtures_dir) {
@@ -74,7 +94,8 @@ StaleResult check_stale(const Golden& g, const std::string& fixtures_dir) {
   if (fixtures_dir.empty() || g.prov.level == "bisect") return {};
   const std::string path = (std::filesystem::path(fixtures_dir) / (g.prov.op + ".toml")).string();
   if (!std::filesystem::exists(path)) return {true, fmt::format("fixture {} no longer exists", path)};
-  const auto fx = gen::load_fixture(path);
+  const auto fxp = cached_fixture(path);  // parsed once per run, not once per golden
+  const auto& fx = *fxp;
   const auto* c = fx.find(g.prov.case_name);
   if (!c) return {true, fmt::format("{}: case '{}' no longer exists", path, g.prov.case_name)};
   if (rstrip_lines(c->text) != rstrip_lines(g.prov.case_toml))

@@ -1,12 +1,15 @@
 #include "verify/tolerance.h"
 
 #include <filesystem>
+#include <fstream>
 #include <set>
+#include <sstream>
 
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
 #include "reference/core/check.h"
+#include "reference/core/toml_text.h"
 
 namespace assay {
 
@@ -52,11 +55,14 @@ Tolerance default_tolerance(DType t) {
 
 void TolerancePolicy::add_file(const std::string& path) {
   toml::table doc;
-  try {
-    doc = toml::parse_file(path);
-  } catch (const toml::parse_error& e) {
-    throw InputError(fmt::format("{}:{}:{}: malformed TOML: {}", path, e.source().begin.line, e.source().begin.column,
-                                 e.description()));
+  {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(path, ec)) throw InputError(fmt::format("{}: not a regular file (a fixture is a TOML file)", path));
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw InputError(fmt::format("{}: cannot open fixture file", path));
+    std::stringstream ss;
+    ss << in.rdbuf();
+    doc = parse_toml(ss.str(), path);  // nesting bounded (toml_text.h)
   }
   const auto op = doc["op"].value<std::string>().value_or(std::filesystem::path(path).stem().string());
   const auto fname = std::filesystem::path(path).filename().string();

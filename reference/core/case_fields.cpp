@@ -1,4 +1,5 @@
 #include "reference/core/case_fields.h"
+#include "reference/core/toml_text.h"
 
 #include <cmath>
 
@@ -107,11 +108,7 @@ std::string CaseFields::str() const {
 
 CaseFields CaseFields::parse(const std::string& text) {
   toml::table t;
-  try {
-    t = toml::parse(text);
-  } catch (const toml::parse_error& e) {
-    throw InputError(fmt::format("case fields: {}", e.description()));
-  }
+  t = parse_toml(text, "case fields");
   CaseFields f;
   for (const auto& [k, v] : t) {
     const std::string key(k.str());

@@ -1,7 +1,6 @@
 // assay calibrate [--op OP]... [--case GLOB] [--json] [--json-file F] [-v]: the kill matrix and the
 // precision-emulation margins of each op's tolerance policy (verify/calibrate.h). Exit 0 when
 // every op calibrates, 1 when one does not, 2 on bad input.
-#include <fstream>
 #include <iostream>
 #include <memory>
 
@@ -10,6 +9,8 @@
 #include "reference/core/check.h"
 #include "verify/calibrate.h"
 #include "verify/cli/cli.h"
+#include "verify/report_html.h"
+#include "verify/safe_files.h"
 #include "verify/verdict.h"
 
 namespace assay::cli {
@@ -30,13 +31,13 @@ void add_calibrate(CLI::App& app, Common& common, int& rc) {
   s->callback([o, json_file, verbose, &common, &rc] {
     o->fixtures_dir = common.fixtures_dir;
     if (o->golden_dir.empty()) o->golden_dir = default_golden_dir("L0");
+    if (!json_file->empty()) check_output_path(*json_file, "--json-file");  // before the work, not after
     const auto r = calibrate(*o);
     const auto j = calibration_json(r);
     if (common.json) std::cout << j.dump(2) << "\n";
     else print_calibration(r, *verbose);
     if (!json_file->empty()) {
-      std::ofstream f(*json_file);
-      if (!(f << j.dump(2) << "\n")) throw InputError(fmt::format("{}: cannot write the JSON report", *json_file));
+      write_text_file(*json_file, j.dump(2) + "\n");
     }
     rc = r.ok() ? kExitPass : kExitFail;
   });

@@ -30,6 +30,7 @@
 #include "verify/h5.h"
 #include "verify/report.h"
 #include "verify/report_html.h"
+#include "verify/safe_files.h"
 #include "verify/stale.h"
 
 namespace assay::cli {
@@ -78,7 +79,22 @@ int run_compare_dirs(const CompareOpts& o, const Common& common) {
   return r.exit_code();
 }
 
+// The report paths, checked before any work: each must be a regular file or new, and none of them
+// an input (the golden or the candidate) or another report path.
+void check_report_paths(const CompareOpts& o) {
+  for (const auto& in : {o.golden, o.candidate}) if (!in.empty()) note_input(in);
+  const std::pair<const std::string*, const char*> outs[] = {{&o.json_file, "--json-file"}, {&o.junit_file, "--junit"},
+                                                             {&o.html_file, "--html"}};
+  for (const auto& [p, opt] : outs) {
+    if (p->empty()) continue;
+    check_output_path(*p, opt);
+    for (const auto& [q, opt2] : outs)
+      if (q != p && !q->empty() && *q == *p) throw InputError(fmt::format("{} and {}: the same file {}", opt, opt2, *p));
+  }
+}
+
 int run_compare(const CompareOpts& o, const Common& common) {
+  check_report_paths(o);
   if (!o.golden_dir.empty() || !o.candidate_dir.empty()) return run_compare_dirs(o, common);
   if (o.golden.empty() || o.candidate.empty())
     throw InputError("compare: give GOLDEN CANDIDATE, or --golden-dir DIR --candidate-dir DIR");
@@ -99,7 +115,7 @@ int run_compare(const CompareOpts& o, const Common& common) {
     js["verdict"] = verdict_name(Verdict::Stale);
     js["reason"] = stale.reason;
     if (common.json) std::cout << js.dump(2) << "\n";
-    else fmt::print("Stale      {}/{}: {}\n", g.prov.op, g.prov.case_name, stale.reason);
+    else fmt::print("Stale      {}/{}: {}\n", printable(g.prov.op), printable(g.prov.case_name), printable(stale.reason));
     CaseResult cr;
     cr.kernel = o.candidate;
     cr.op = g.prov.op;
@@ -133,13 +149,17 @@ int run_compare(const CompareOpts& o, const Common& common) {
     if (!rep.cases.back().repro.empty()) js["repro"] = rep.cases.back().repro;
     std::cout << js.dump(2) << "\n";
   } else {
-    fmt::print("{}/{}: golden {} vs candidate {} (profile {}){}\n", g.prov.op, g.prov.case_name, o.golden, o.candidate,
-               profile, o.no_fixture_check ? " (fixture not checked: --no-fixture-check)" : "");
-    for (const auto& r : reports) fmt::print("  {}\n    tolerance {}: {}\n", r.summary(), r.tol.source, r.tol.why);
-    for (const auto& n : res.notes) fmt::print("  {}\n", n);
-    for (size_t i = res.notes.size(); i < rep.cases.back().findings.size(); ++i) fmt::print("  {}\n", rep.cases.back().findings[i]);
-    if (!rep.cases.back().repro.empty()) fmt::print("  repro bundle: {}\n", rep.cases.back().repro);
-    fmt::print("{} {}/{}\n", verdict_name(verdict), g.prov.op, g.prov.case_name);
+    // Names, attributes and notes come from the files: printed through printable().
+    fmt::print("{}/{}: golden {} vs candidate {} (profile {}){}\n", printable(g.prov.op), printable(g.prov.case_name),
+               printable(o.golden), printable(o.candidate), printable(profile),
+               o.no_fixture_check ? " (fixture not checked: --no-fixture-check)" : "");
+    for (const auto& r : reports)
+      fmt::print("  {}\n    tolerance {}: {}\n", printable(r.summary()), printable(r.tol.source), printable(r.tol.why));
+    for (const auto& n : res.notes) fmt::print("  {}\n", printable(n));
+    for (size_t i = res.notes.size(); i < rep.cases.back().findings.size(); ++i)
+      fmt::print("  {}\n", printable(rep.cases.back().findings[i]));
+    if (!rep.cases.back().repro.empty()) fmt::print("  repro bundle: {}\n", printable(rep.cases.back().repro));
+    fmt::print("{} {}/{}\n", verdict_name(verdict), printable(g.prov.op), printable(g.prov.case_name));
   }
   write_reports(rep, o);
   return exit_code(verdict);

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "verify/cli/cli.h"
+#include "verify/safe_files.h"
 #include "reference/core/check.h"
 #include "verify/golden.h"
 #include "verify/h5.h"
@@ -57,9 +58,11 @@ nlohmann::json to_json(const std::string& path, const Golden& g) {
 
 void print(const std::string& path, const Golden& g) {
   const auto& p = g.prov;
+  // Provenance strings come from the file: printed through printable() (no raw control characters).
   fmt::print("{}\n  op {}  case {}  level {}  seed {}  schema v{}\n  rng {}  generator {}  git {}  compiler {}\n  content_fnv1a64 {}\n",
-             path, p.op, p.case_name, p.level, p.seed, p.schema_version, p.rng, p.generator, p.git_rev, p.compiler,
-             g.recorded_content_hash.empty() ? "(none)" : g.recorded_content_hash);
+             printable(path), printable(p.op), printable(p.case_name), printable(p.level), p.seed, p.schema_version,
+             printable(p.rng), printable(p.generator), printable(p.git_rev), printable(p.compiler),
+             g.recorded_content_hash.empty() ? "(none)" : printable(g.recorded_content_hash));
   fmt::print("  inputs:\n");
   for (size_t i = 0; i < g.inputs.size(); ++i) {
     const auto& t = g.inputs[i];
@@ -70,7 +73,7 @@ void print(const std::string& path, const Golden& g) {
   for (const auto& o : g.outputs)
     fmt::print("    {:<14} {:<8} {:<22} {:<14}{}{}\n", o.expected.name, name(o.expected.dtype), shape_str(o.expected.shape),
                axes_str(o.expected.axes), o.bound ? " +bound" : "", o.rounded ? " +rounded" : "");
-  for (const auto& [n, why] : g.single_form) fmt::print("    {}: one oracle form only: {}\n", n, why);
+  for (const auto& [n, why] : g.single_form) fmt::print("    {}: one oracle form only: {}\n", printable(n), printable(why));
   if (!g.intermediates.empty()) {
     fmt::print("  intermediates:\n");
     for (const auto& t : g.intermediates)
@@ -81,20 +84,22 @@ void print(const std::string& path, const Golden& g) {
   const auto fields = g.case_fields.str();
   for (size_t s = 0, e; s < fields.size(); s = e + 1) {
     e = fields.find('\n', s);
-    fmt::print("    {}\n", fields.substr(s, e - s));
+    fmt::print("    {}\n", printable(fields.substr(s, e - s)));
   }
   fmt::print("  oracle agreement:\n");
-  for (const auto& a : g.agreement) fmt::print("    {:<14} {} vs {}: {:.3e}\n", a.tensor, a.form_a, a.form_b, a.max_rel);
+  for (const auto& a : g.agreement)
+    fmt::print("    {:<14} {} vs {}: {:.3e}\n", printable(a.tensor), printable(a.form_a), printable(a.form_b), a.max_rel);
   fmt::print("  case:\n");
   for (size_t s = 0, e; s < p.case_toml.size(); s = e + 1) {
     e = p.case_toml.find('\n', s);
     if (e == std::string::npos) e = p.case_toml.size();
-    fmt::print("    {}\n", p.case_toml.substr(s, e - s));
+    fmt::print("    {}\n", printable(p.case_toml.substr(s, e - s)));
   }
 }
 
 void write_decoded(const std::string& out, const Golden& g) {
   namespace fs = std::filesystem;
+  check_output_path(out, "--decode");
   if (fs::path(out).has_parent_path()) fs::create_directories(fs::path(out).parent_path());
   const std::string tmp = out + ".tmp." + std::to_string(::getpid());
   try {
@@ -133,6 +138,14 @@ void add_inspect(CLI::App& app, Common& common, int& rc) {
   s->callback([files, decode, &common, &rc] {
     namespace fs = std::filesystem;
     const bool one_file = decode->size() > 3 && decode->substr(decode->size() - 3) == ".h5";
+    if (!decode->empty() && !one_file) {  // a directory: an existing file there is a usage error, not a crash
+      std::error_code ec;
+      const auto st = fs::symlink_status(*decode, ec);
+      if (!ec && fs::exists(st) && !fs::is_directory(st))
+        throw InputError(fmt::format("--decode {}: exists and is not a directory (name a directory, or a .h5 file for one golden)",
+                                     *decode));
+    }
+    for (const auto& f : *files) note_input(f);
     if (one_file && files->size() != 1)
       throw InputError(fmt::format("--decode {}: a .h5 target takes one golden ({} given); give a directory", *decode, files->size()));
     nlohmann::json all = nlohmann::json::array();

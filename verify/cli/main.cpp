@@ -4,12 +4,17 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <limits>
+#include <optional>
+#include <string_view>
+#include <cctype>
 
 #include "assay_build.h"
 #include "reference/core/check.h"
 #include "reference/core/prefault.h"
 #include "reference/core/tensor.h"
 #include "verify/cli/cli.h"
+#include "verify/safe_files.h"
 #include "verify/verdict.h"
 
 namespace assay::cli {
@@ -30,11 +35,45 @@ std::string default_golden_dir(const std::string& level) {
   return std::string(ASSAY_BINARY_DIR) + "/golden-" + level;
 }
 
+// A size as --max-memory takes it: bytes, or a number with K, M, G or T (powers of 1024, an
+// optional trailing B or iB). Nothing else: 0, negative, garbage and overflow give nullopt.
+std::optional<int64_t> parse_size(std::string_view s) {
+  size_t i = 0;
+  int64_t v = 0;
+  for (; i < s.size() && s[i] >= '0' && s[i] <= '9'; ++i)
+    if (__builtin_mul_overflow(v, 10, &v) || __builtin_add_overflow(v, s[i] - '0', &v)) return std::nullopt;
+  if (i == 0) return std::nullopt;
+  std::string unit(s.substr(i));
+  for (auto& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  int shift = 0;
+  if (!unit.empty() && std::string_view("KMGT").find(unit[0]) != std::string_view::npos) {
+    shift = 10 * (1 + static_cast<int>(std::string_view("KMGT").find(unit[0])));
+    unit.erase(0, 1);
+    if (unit == "IB" || unit == "B") unit.clear();
+  } else if (unit == "B") {
+    unit.clear();
+  }
+  if (!unit.empty() || v <= 0 || v > (std::numeric_limits<int64_t>::max() >> shift)) return std::nullopt;
+  return v << shift;
+}
+
 }  // namespace assay::cli
 
 int main(int argc, char** argv) {
   using namespace assay;
   keep_freed_memory();  // fresh outputs reuse mapped pages (prefault.h)
+  guard_inputs();       // an output path that is one of the run's inputs is refused (safe_files.h)
+  // $ASSAY_MAX_MEMORY takes what --max-memory takes, and a value that does not parse is an error,
+  // not silently the default (--max-memory, parsed later, overrides it).
+  if (const char* e = std::getenv("ASSAY_MAX_MEMORY")) {
+    const auto v = cli::parse_size(e);
+    if (!v) {
+      std::cerr << "assay: error: ASSAY_MAX_MEMORY='" << printable(e, 80)
+                << "': expected a positive size in bytes, or with K / M / G / T (e.g. 512M, 8G)\n";
+      return kExitInput;
+    }
+    set_memory_limit(*v);
+  }
   CLI::App app{"assay " ASSAY_VERSION ": reference oracles, goldens and a differential gate for GPU kernels"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("assay ") + ASSAY_VERSION);
@@ -67,6 +106,8 @@ int main(int argc, char** argv) {
       return kExitInput;
     }
   }
+  // Every message may quote an input (a file name, an attribute, a field): printed through
+  // printable(), one line, at most 2000 characters.
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -76,17 +117,26 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::cerr << "assay: usage error: " << e.what() << " (see assay --help)\n";
+    std::cerr << "assay: usage error: " << printable(e.what()) << " (see assay --help)\n";
     return kExitInput;
   } catch (const InputError& e) {
-    std::cerr << "assay: error: " << e.what() << "\n";
+    std::cerr << "assay: error: " << printable(e.what()) << "\n";
     return kExitInput;
   } catch (const OracleDisagreement& e) {
-    std::cerr << "assay: oracle disagreement: " << e.what() << "\n";
+    std::cerr << "assay: oracle disagreement: " << printable(e.what()) << "\n";
     return kExitFail;
+  } catch (const std::filesystem::filesystem_error& e) {  // a missing $TMPDIR, a path that is a file
+    std::cerr << "assay: error: " << printable(e.what()) << "\n";
+    return kExitInput;
   } catch (const std::exception& e) {
-    std::cerr << "assay: internal error: " << e.what() << "\n";
+    std::cerr << "assay: internal error: " << printable(e.what()) << "\n";
     return kExitCouldNotRun;
+  }
+  // A report that did not reach standard output (a full disk, a closed pipe) is not a pass.
+  std::cout.flush();
+  if (!std::cout || std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    std::cerr << "assay: error: standard output: cannot write the report (disk full or closed?)\n";
+    return kExitInput;
   }
   return rc;
 }

@@ -284,6 +284,59 @@ TEST_CASE("bisect --git refuses a dirty tree, a bisect in progress, GOOD not an 
   }
 }
 
+TEST_CASE("bisect --git never runs a golden's file name and touches nothing before its checks", "[cpu][bisect][hostile]") {
+  auto r = make_repo("hostile_names");
+  const std::string head = r.commits.back();
+  const auto base = r.dir.parent_path();
+  // A golden directory whose one golden is named to run commands if it reached a shell as text.
+  const auto gd = base / "goldens";
+  fs::create_directories(gd);
+  const std::string evil = "x$(touch PWNED)`touch PWNED_bt`;touch PWNED_semi;y";
+  fs::copy_file(kGoldenDir + "/int_exact.h5", gd / (evil + ".h5"));
+  // The user quotes the placeholders (double, then single quotes): both used to cancel assay's own.
+  for (const std::string cmd : {"./kernel \"{golden}\" \"{out}\"", "./kernel '{golden}' '{out}'", "./kernel {golden} {out}"}) {
+    const auto work = base / ("work" + std::to_string(cmd.size()) + std::to_string(cmd[9]));
+    const auto run = assay_test::run_assay("bisect --git " + r.commits[0] + " " + r.commits[1] + " --repo " + sq(r.dir.string()) +
+                                           " --candidate-cmd " + sq(cmd) + " --golden " + sq(gd.string()) +
+                                           " --timeout 120 --work-dir " + sq(work.string()) + " -- " + build_cmd(),
+                                           "cd " + sq(base.string()) + " && ");
+    INFO(cmd << ": " << run.out);
+    CHECK(run.code == 1);
+    CHECK(run.out.find("first bad commit: " + r.planted) != std::string::npos);
+    for (const auto* p : {"PWNED", "PWNED_bt", "PWNED_semi"}) {
+      CHECK_FALSE(fs::exists(r.dir / p));
+      CHECK_FALSE(fs::exists(base / p));
+    }
+    require_as_found(r, head);
+  }
+  // --work-dir inside the repository, with a tracked file named `commits`: refused, nothing deleted.
+  std::ofstream(r.dir / "commits") << "tracked\n";
+  git(r.dir, "add commits");
+  git(r.dir, "commit -q -m 'a tracked file named commits'");
+  const std::string head2 = git(r.dir, "rev-parse HEAD");
+  const auto run = assay_test::run_assay(bisect_args(r, r.commits.front(), "main", build_cmd(), "--work-dir " + sq(r.dir.string())));
+  INFO(run.out);
+  CHECK(run.code == 2);
+  CHECK(run.out.find("--work-dir " + r.dir.string()) != std::string::npos);
+  CHECK(fs::exists(r.dir / "commits"));
+  require_as_found(r, head2);
+  // A new directory inside the work tree: refused by name, not created.
+  const auto run_in = assay_test::run_assay(bisect_args(r, r.commits.front(), "main", build_cmd(), "--work-dir " + sq((r.dir / "bisect-work").string())));
+  INFO(run_in.out);
+  CHECK(run_in.code == 2);
+  CHECK(run_in.out.find("inside the repository") != std::string::npos);
+  CHECK_FALSE(fs::exists(r.dir / "bisect-work"));
+  require_as_found(r, head2);
+  // A non-empty directory that no bisect made: refused, its files kept.
+  const auto mine = base / "my-notes";
+  fs::create_directories(mine / "commits");
+  std::ofstream(mine / "commits" / "keep.txt") << "mine\n";
+  const auto run2 = assay_test::run_assay(bisect_args(r, r.commits.front(), "main", build_cmd(), "--work-dir " + sq(mine.string())));
+  INFO(run2.out);
+  CHECK(run2.code == 2);
+  CHECK(fs::exists(mine / "commits" / "keep.txt"));
+}
+
 TEST_CASE("bisect --git: SIGINT while a commit builds leaves the repository as found", "[cpu][bisect]") {
   auto r = make_repo("sigint", /*slow=*/true);
   const std::string head = r.commits.back();
