@@ -1,11 +1,11 @@
 # python -m assay: `check` a Python kernel over an op's goldens (exit code = assay compare's), or
-# `inspect` a golden. Usage errors: one line on stderr, exit 2.
+# `inspect` a golden. Usage errors: one line on stderr, exit 2. `check` never imports the --impl
+# module itself: the kernel runs in a child process (assay._worker), one case at a time under
+# --timeout, so a kernel that exits, dies or hangs fails its case instead of ending the run.
 """Command line: ``python -m assay check --op OP --impl module.path:function [...]``."""
 from __future__ import annotations
 
 import argparse
-import importlib
-import os
 import sys
 
 from .check import check
@@ -17,25 +17,6 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, exit 2
         print(f"assay: error: {message}", file=sys.stderr)
         sys.exit(2)
-
-
-def _load_impl(spec: str):
-    mod, sep, attr = spec.partition(":")
-    if not sep or not mod or not attr:
-        raise AssayError(f"--impl {spec}: expected module.path:function")
-    if "" not in sys.path and os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        obj = importlib.import_module(mod)
-    except Exception as e:  # noqa: BLE001 (any import failure is a usage error here)
-        raise AssayError(f"--impl {spec}: cannot import {mod} ({type(e).__name__}: {e})") from None
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise AssayError(f"--impl {spec}: {mod} has no attribute {attr}")
-        obj = getattr(obj, part)
-    if not callable(obj):
-        raise AssayError(f"--impl {spec}: not callable")
-    return obj
 
 
 def _inspect(path: str) -> int:
@@ -65,6 +46,9 @@ def main(argv=None) -> int:
     c.add_argument("--html", default=None, metavar="FILE", help="write the HTML report here (default <out>/<op>/report.html)")
     c.add_argument("--no-html", action="store_true", help="skip the HTML report")
     c.add_argument("--assay-bin", default=None, help="the assay binary (default $ASSAY_BIN, build/bin/assay, PATH)")
+    c.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
+                   help="kill a kernel (or the --impl import) still running after this long: that case is Hung "
+                        "(default 300; 0: no limit)")
     c.add_argument("--quiet", action="store_true", help="do not print the verdict table")
     i = sub.add_parser("inspect", help="print a golden's case fields, inputs and outputs")
     i.add_argument("golden")
@@ -75,8 +59,15 @@ def main(argv=None) -> int:
         if a.html and a.no_html:
             raise AssayError("--html and --no-html: say one")
         html = False if a.no_html else (a.html or True)
-        rep = check(a.op, _load_impl(a.impl), cases=a.cases or "*", level=a.level, profile=a.profile, out=a.out,
-                    golden_dir=a.golden_dir, html=html, assay_bin=a.assay_bin, quiet=a.quiet)
+        mod, sep, attr = a.impl.partition(":")
+        if not sep or not mod or not attr:
+            raise AssayError(f"--impl {a.impl}: expected module.path:function")
+        if not a.timeout >= 0 or a.timeout == float("inf"):
+            raise AssayError(f"--timeout {a.timeout:g}: expected seconds >= 0 (0: no limit)")
+        # The kernel as "module:function": imported and run in a child process, not here.
+        rep = check(a.op, a.impl, cases=a.cases or "*", level=a.level, profile=a.profile, out=a.out,
+                    golden_dir=a.golden_dir, html=html, assay_bin=a.assay_bin, quiet=a.quiet,
+                    timeout=a.timeout or None)
         return rep.exit_code
     except AssayError as e:
         print(f"assay: error: {e}", file=sys.stderr)

@@ -1,6 +1,7 @@
 # assay.candidate: writes a candidate HDF5 file (a kernel's outputs under the golden's names) that
 # `assay compare` reads (verify/candidate.h). Everything is checked before any file is created, and
-# the file is written to a temp name and renamed, so a candidate is whole or absent.
+# the file is written to a temp name and renamed, so a candidate is whole or absent. The path must be
+# a regular file or nothing (a directory, symlink, FIFO or device is refused) and never the golden.
 """Write candidate files for ``assay compare``.
 
 >>> g = assay.open("golden/scaled_add/int_exact.h5")
@@ -20,7 +21,7 @@ import os
 import h5py
 import numpy as np
 
-from . import dtypes
+from . import _files, dtypes
 from .errors import AssayError
 from .golden import Golden
 
@@ -154,10 +155,16 @@ def write(path, golden: Golden, outputs: dict, precision_profile: str | None = N
     ``precision_profile`` when given. Returns the path.
 
     Every output name, shape and dtype is checked first (AssayError, one line naming the candidate
-    and the output); nothing is created unless all are right. Parent directories are created, and the
-    file is written to ``<path>.tmp.<pid>`` and renamed into place."""
+    and the output); nothing is created unless all are right. ``path`` must be a regular file or
+    nothing (a directory, symlink, FIFO or device there is refused, not replaced) and not the golden
+    itself (also through a link). Parent directories are created, and the file is written to
+    ``<path>.tmp.<pid>.<random>`` and renamed into place."""
     path = os.fspath(path)
     gname = f"{golden.op}/{golden.case_name}"
+    inputs = _files.Inputs()
+    if getattr(golden, "path", None):
+        inputs.add(golden.path, f"the golden {golden.path} being judged")
+    _files.check_output(path, inputs)
     if not isinstance(outputs, dict):
         raise AssayError(f"{path}: outputs must be a dict name -> array, got {type(outputs).__name__}")
     for n in outputs:
@@ -184,8 +191,9 @@ def write(path, golden: Golden, outputs: dict, precision_profile: str | None = N
         os.makedirs(parent, exist_ok=True)
     except OSError as e:
         raise AssayError(f"{path}: cannot create directory {parent} ({e.strerror})") from None
-    tmp = f"{path}.tmp.{os.getpid()}"
+    tmp = None
     try:
+        tmp = _files.temp_next_to(path)
         with h5py.File(tmp, "w") as f:
             if precision_profile is not None:
                 f.attrs["precision_profile"] = precision_profile
@@ -198,10 +206,11 @@ def write(path, golden: Golden, outputs: dict, precision_profile: str | None = N
                 gi = f.create_group("intermediates")
                 for n, arr in inter.items():
                     gi.create_dataset(n, data=arr)
-        os.replace(tmp, path)
+        _files.replace(tmp, path, inputs)
     except BaseException as e:
         try:
-            os.unlink(tmp)
+            if tmp is not None:
+                os.unlink(tmp)
         except OSError:
             pass
         if isinstance(e, OSError):

@@ -1,6 +1,9 @@
 # assay.check: runs a Python kernel over every golden of an op, writes one candidate per case, and
 # has the C++ binary judge them all in one `assay compare --golden-dir` call (the element rule lives
-# only in C++). Kernel exceptions become Failed cases, never a crash of the run.
+# only in C++). Kernel exceptions (SystemExit included) become Failed cases, never a crash of the run.
+# The earlier run's reports and candidates are removed before any kernel code runs, so a run that dies
+# leaves no passing report behind. An isolated kernel (``"module:function"``, the CLI) runs in a child
+# process (assay._worker): one that exits, dies or hangs past ``timeout`` fails only its own case.
 """Check a Python kernel against the goldens of an op.
 
 >>> report = assay.check("scaled_add", lambda g: {"out": g.case["alpha"] * g.inputs_f64["x"]
@@ -17,13 +20,11 @@ import os
 import shutil
 import subprocess
 import sys
-import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import candidate
+from . import _files, _worker
 from .errors import AssayError
-from .golden import open as open_golden
 
 __all__ = ["CheckReport", "check", "find_binary", "repo_root"]
 
@@ -146,39 +147,116 @@ def _first_line(s: str) -> str:
     return "(no message)"
 
 
-def _fn_name(fn) -> str:
-    mod = getattr(fn, "__module__", None) or "?"
-    return f"{mod}:{getattr(fn, '__qualname__', None) or getattr(fn, '__name__', repr(fn))}"
+def _impl_spec(fn, isolate: bool):
+    """``module:function`` when the kernel runs in a child process, None when in this one."""
+    if isinstance(fn, str):
+        _worker.split_spec(fn)
+        return fn
+    if not callable(fn):
+        raise AssayError(f"fn: {fn!r} is not callable")
+    if not isolate:
+        return None
+    mod, qual = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None) or ""
+    obj = sys.modules.get(mod) if mod and mod != "__main__" else None
+    for part in qual.split(".") if obj is not None and "<" not in qual else ():
+        obj = getattr(obj, part, None)
+    if obj is not fn:
+        raise AssayError(f"fn {_worker.fn_name(fn)}: isolate=True needs a function its child process can import "
+                         f"as module:function (not a lambda, a local or a __main__ function)")
+    return f"{mod}:{qual}"
 
 
-def _write_error(path: Path, exc: BaseException, what: str):
-    summary = " ".join(f"{type(exc).__name__}: {exc}".split("\n"))
-    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    path.write_text(f"{summary} ({what})\n\n{tb}")
+def _timeout(timeout):
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0 or timeout == float("inf"):
+        raise AssayError(f"timeout {timeout!r}: expected a number of seconds > 0 (or None)")
+    return float(timeout)
+
+
+def _refuse_unsafe_outputs(goldens: list, todo: list, reports: list):
+    """AssayError before anything is removed or run: a report, candidate or .error path that exists
+    as anything but a regular file, a candidate or report that is a golden, and an HTML report that
+    is a candidate or another report. ``reports``: (path or None, role)."""
+    inputs = _files.Inputs()
+    for g in goldens:
+        inputs.add(g, f"a golden of this run ({g})")
+    for case, _, cand, err in todo:
+        _files.check_output(cand, inputs, f"the candidate of case {case}")
+        _files.check_output(err, inputs, f"the error file of case {case}")
+    for path, role in reports:
+        if path is not None:
+            _files.check_output(path, inputs, role)
+    others = _files.Inputs()
+    for case, _, cand, err in todo:
+        others.add(cand, f"the candidate of case {case}").add(err, f"the error file of case {case}")
+    for path, role in reports:
+        if path is not None:
+            _files.check_output(path, others, role)
+            others.add(path, role)
+
+
+def _run_in_process(fn, name: str, todo: list, profile):
+    for _, gpath, cand, err in todo:
+        _worker.run_case(fn, name, gpath, cand, err, profile)
+
+
+def _run_isolated(spec: str, name, todo: list, profile, timeout) -> str:
+    """Runs the cases in a kernel process, a fresh one after each that died or hung. Returns the
+    kernel's name."""
+    w = None
+    try:
+        for case, gpath, cand, err in todo:
+            if w is None:
+                w = _worker.Worker(spec, profile, name, timeout)
+                name = w.name
+            if not w.run(case, gpath, cand, err):
+                w = None  # dead or killed: the next case starts a fresh one
+    except BaseException:
+        if w is not None:
+            w.close(kill=True)
+        raise
+    if w is not None:
+        w.close()
+    return name or spec
 
 
 def check(op: str, fn, cases="*", level: str = "L0", profile: str | None = None, out="build/check",
-          golden_dir=None, html=True, assay_bin=None, quiet: bool = False, name=None) -> CheckReport:
+          golden_dir=None, html=True, assay_bin=None, quiet: bool = False, name=None, timeout=None,
+          isolate: bool = False) -> CheckReport:
     """Runs ``fn(golden)`` on every golden of ``op`` whose case name matches ``cases`` (a glob or a
-    list of globs) and
-    judges the outputs with ``assay compare --golden-dir`` (one call).
+    list of globs) and judges the outputs with ``assay compare --golden-dir`` (one call).
 
     ``fn`` returns a dict output name -> array (numpy, torch, jax, cupy), or a tuple
     ``(outputs, intermediates)``. Goldens: ``golden_dir``, else ``<repo>/golden/<op>`` for L0
     (``$ASSAY_GOLDEN_DIR/<op>`` when set), else ``<repo>/build/golden-<level>/<op>``, generated
     with ``assay gen`` when no case matches there. Candidates go to ``<out>/<op>/candidates/<case>.h5``;
-    an exception of ``fn`` (or of writing its candidate) goes to ``<case>.error`` with its traceback
-    and the case is Failed. The report (JSON, JUnit, HTML unless ``html=False``) is written under
-    ``<out>/<op>/`` (``html`` may also be the HTML file's path), the verdict table printed unless ``quiet``.
+    an exception of ``fn`` (SystemExit included; KeyboardInterrupt goes through), or of writing its
+    candidate, goes to ``<case>.error`` with its traceback and the case is Failed. The report (JSON,
+    JUnit, HTML unless ``html=False``) is written under ``<out>/<op>/`` (``html`` may also be the HTML
+    file's path), the verdict table printed unless ``quiet``. The earlier run's reports and these
+    cases' candidates are removed before ``fn`` runs.
+
+    ``fn`` runs in this process, without a time limit (``os._exit`` or a hang there ends or stalls
+    the run, with no report left). Isolated, it runs in a child process of its own, as
+    ``python -m assay check`` does: pass ``fn`` as ``"module.path:function"`` (imported there, the
+    current directory and this process's ``sys.path`` on its path), or a module-level function with
+    ``isolate=True``. Then a kernel that exits or dies fails its case, one still running after
+    ``timeout`` seconds (None: no limit; the import has the same limit) is killed with its process
+    group and its case is Hung, and a fresh process runs the remaining cases.
 
     Never raises for a failing kernel; AssayError for usage errors: an unknown op or level, no
-    golden matching ``cases``, the binary missing, or the binary refusing the run (its message).
-    ``name`` is the kernel's name in the reports (default: ``module:function`` of ``fn``).
+    golden matching ``cases``, the binary missing, an output path that is not a regular file or is
+    an input, an isolated kernel that cannot be imported, or the binary refusing the run (its
+    message). ``name`` is the kernel's name in the reports (default: ``module:function`` of ``fn``).
     """
     if level not in LEVELS:
         raise AssayError(f"level '{level}': expected one of {', '.join(LEVELS)}")
-    if not callable(fn):
-        raise AssayError(f"fn: {fn!r} is not callable")
+    spec = _impl_spec(fn, isolate)
+    timeout = _timeout(timeout)
+    if timeout is not None and spec is None:
+        raise AssayError("timeout: a kernel running in this process has no time limit; pass isolate=True "
+                         "or fn as 'module:function'")
     if not op or "/" in op or op.startswith("."):
         raise AssayError(f"op '{op}': not an op name")
     binary = None
@@ -196,34 +274,30 @@ def check(op: str, fn, cases="*", level: str = "L0", profile: str | None = None,
 
     odir = Path(out) / op
     cdir = odir / "candidates"
+    json_path, junit_path = odir / "report.json", odir / "junit.xml"
+    # html: True (<out>/<op>/report.html), False (none), or a path of its own.
+    html_path = (Path(html) if isinstance(html, (str, os.PathLike)) else odir / "report.html") if html else None
+    todo = [(Path(g).stem, g, cdir / f"{Path(g).stem}.h5", cdir / f"{Path(g).stem}.error") for g in goldens]
+    reports = [(json_path, "the JSON report"), (junit_path, "the JUnit report"), (html_path, "the HTML report")]
+    _refuse_unsafe_outputs(goldens, todo, reports)
+    # Nothing of an earlier run may outlive this one, whatever the kernel does: clear first.
+    for path, _ in reports:
+        if path is not None:
+            path.unlink(missing_ok=True)
     try:
         cdir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise AssayError(f"out {out}: cannot create {cdir} ({e.strerror})") from None
-    name = name or _fn_name(fn)
-    for gpath in goldens:
-        case = Path(gpath).stem
-        cand, err = cdir / f"{case}.h5", cdir / f"{case}.error"
-        for stale in (cand, err):
-            stale.unlink(missing_ok=True)
-        golden = open_golden(gpath)
-        try:
-            result = fn(golden)
-        except Exception as e:  # the kernel's failure is the case's verdict
-            _write_error(err, e, f"raised by {name}")
-            continue
-        try:
-            outputs, inter = result if isinstance(result, tuple) and len(result) == 2 else (result, None)
-            candidate.write(cand, golden, outputs, precision_profile=profile, intermediates=inter)
-        except Exception as e:
-            _write_error(err, e, f"writing the candidate of {name}")
+    for _, _, cand, err in todo:
+        cand.unlink(missing_ok=True)
+        err.unlink(missing_ok=True)
 
-    json_path, junit_path = odir / "report.json", odir / "junit.xml"
-    # html: True (<out>/<op>/report.html), False (none), or a path of its own.
-    html_path = (Path(html) if isinstance(html, (str, os.PathLike)) else odir / "report.html") if html else None
-    for p in (json_path, junit_path, html_path):
-        if p is not None:
-            p.unlink(missing_ok=True)
+    if spec is None:
+        name = name or _worker.fn_name(fn)
+        _run_in_process(fn, name, todo, profile)
+    else:
+        name = _run_isolated(spec, name, todo, profile, timeout)
+
     cmd = [binary, "compare", "--golden-dir", str(gdir), "--candidate-dir", str(cdir), *_case_args(cases),
            "--name", name, "--json-file", str(json_path), "--junit", str(junit_path), "--work-dir", str(odir / "repro")]
     if html_path is not None:

@@ -2,6 +2,9 @@
 # `assay compare` (Passed for the expected values rounded to the output dtype, Incorrect when perturbed).
 import json
 import os
+import shutil
+import stat
+from pathlib import Path
 
 import h5py
 import ml_dtypes
@@ -172,3 +175,40 @@ def test_torch_outputs(tmp_path, sa, q, run_assay):
     assert _compare(run_assay, q, cand)[1]["verdict"] == "Passed"
     with pytest.raises(AssayError, match="wrong dtype"):
         write(cand, sa, {"out": torch.zeros(2, 65, 80, dtype=torch.complex64)})
+
+
+def test_refuses_an_output_path_that_is_not_a_regular_file(tmp_path, sa):
+    """A directory, FIFO, symlink or device at the candidate's path is refused, never replaced."""
+    d = tmp_path / "dir.h5"
+    d.mkdir()
+    fifo = tmp_path / "fifo.h5"
+    os.mkfifo(fifo)
+    target = tmp_path / "target.h5"
+    target.write_text("keep")
+    link = tmp_path / "link.h5"
+    link.symlink_to(target)
+    dev_null = Path("/dev/null")
+    for p, kind in ((d, "a directory"), (fifo, "a FIFO"), (link, "a symlink"), (dev_null, "a character device")):
+        with pytest.raises(AssayError, match=f"exists and is {kind}, not a regular file") as e:
+            write(p, sa, _rounded(sa))
+        assert str(e.value).startswith(f"{p}: ") and "\n" not in str(e.value)
+    assert d.is_dir() and not os.listdir(d) and stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert link.is_symlink() and target.read_text() == "keep" and stat.S_ISCHR(os.stat("/dev/null").st_mode)
+    assert not list(tmp_path.rglob("*.tmp.*")) and not list(Path("/dev").glob("null.tmp.*"))
+
+
+def test_refuses_to_overwrite_the_golden(tmp_path, repo):
+    """The golden being judged is never the candidate: by its own path, a hard link, a symlinked
+    directory or a path with '..'."""
+    gp = tmp_path / "g.h5"
+    shutil.copy(repo / "golden/scaled_add/int_exact.h5", gp)
+    g = assay.open(gp)
+    before = gp.read_bytes()
+    os.link(gp, tmp_path / "hard.h5")
+    (tmp_path / "via").symlink_to(tmp_path)
+    for p in (gp, tmp_path / "hard.h5", tmp_path / "via" / "g.h5", tmp_path / "nodir" / ".." / "g.h5"):
+        with pytest.raises(AssayError, match=f"is the golden {gp} being judged") as e:
+            write(p, g, _rounded(g))
+        assert str(e.value).startswith(f"{p}: ")
+    assert gp.read_bytes() == before and not (tmp_path / "nodir").exists()
+    assert not list(tmp_path.rglob("*.tmp.*"))

@@ -3,6 +3,8 @@
 import importlib
 import json
 import os
+import shutil
+import stat
 import subprocess
 import sys
 import textwrap
@@ -169,3 +171,49 @@ def test_level_l1_generates_goldens(impls, tmp_path, assay_bin, has_compare_dir,
     assert (tmp_path / "build/golden-L1/scaled_add/large_l1.h5").is_file()
     with pytest.raises(AssayError, match="no_such_op"):
         assay.check("no_such_op", impls[1].good, level="L1", out=tmp_path, assay_bin=assay_bin, quiet=True)
+
+
+def test_refuses_unsafe_report_and_candidate_paths(impls, tmp_path, assay_bin, repo):
+    """A report or candidate path that is a directory, FIFO or symlink, an --html that is a golden, a
+    candidate or another report, and a candidate directory that is the golden directory are usage
+    errors, found before the kernel runs or anything is removed."""
+    gdir = tmp_path / "goldens"
+    shutil.copytree(repo / "golden/scaled_add", gdir)
+    before = {p.name: p.read_bytes() for p in gdir.iterdir()}
+    calls = []
+
+    def kernel(g):
+        calls.append(g.case_name)
+        return impls[1].good(g)
+
+    odir = tmp_path / "out" / "scaled_add"
+    cdir = odir / "candidates"
+
+    def refused(match, **kw):
+        kw = {"out": tmp_path / "out", "golden_dir": gdir, **kw}
+        with pytest.raises(AssayError, match=match) as e:
+            assay.check("scaled_add", kernel, assay_bin=assay_bin, quiet=True, **kw)
+        assert "\n" not in str(e.value)
+        return str(e.value)
+
+    assert refused("is a golden", html=gdir / "int_exact.h5").startswith(f"{gdir / 'int_exact.h5'}: ")
+    refused("is the candidate of case int_exact", html=cdir / "int_exact.h5")
+    refused("is the JSON report", html=odir / "report.json")
+    fifo = tmp_path / "fifo.html"
+    os.mkfifo(fifo)
+    assert refused("exists and is a FIFO, not a regular file", html=fifo).startswith(f"{fifo}: ")
+    cdir.mkdir(parents=True)
+    (odir / "report.json").mkdir()
+    refused(f"{odir / 'report.json'}: exists and is a directory")
+    (odir / "report.json").rmdir()
+    keep = tmp_path / "keep.h5"
+    keep.write_text("keep")
+    (cdir / "int_exact.h5").symlink_to(keep)
+    refused(f"{cdir / 'int_exact.h5'}: exists and is a symlink")
+    (cdir / "int_exact.h5").unlink()
+    shared = tmp_path / "o2" / "scaled_add" / "candidates"  # --golden-dir is where the candidates go
+    shutil.copytree(gdir, shared)
+    refused("is a golden", out=tmp_path / "o2", golden_dir=shared, cases="int_exact")
+    assert calls == [] and stat.S_ISFIFO(os.lstat(fifo).st_mode) and keep.read_text() == "keep"
+    assert {p.name: p.read_bytes() for p in gdir.iterdir()} == before
+    assert {p.name: p.read_bytes() for p in shared.iterdir()} == before
