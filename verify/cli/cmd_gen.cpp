@@ -30,6 +30,7 @@
 #include "verify/cli/cli.h"
 #include "verify/compare.h"
 #include "verify/golden.h"
+#include "verify/safe_files.h"
 #include "verify/stale.h"
 #include "verify/verdict.h"
 
@@ -112,6 +113,7 @@ std::map<std::string, std::string> read_manifest(const fs::path& p) {
 }
 
 void write_manifest(const fs::path& p, const std::map<std::string, std::string>& m) {
+  check_output_path(p.string(), "MANIFEST");  // never renamed over a device, FIFO or link
   const auto tmp = p.string() + fmt::format(".tmp.{}", ::getpid());
   {
     std::ofstream out(tmp);
@@ -165,6 +167,7 @@ int run_gen(const GenOpts& o, const Common& common) {
     return kExitPass;
   }
   const fs::path out = o.out.empty() ? fs::path(default_golden_dir(o.level)) : fs::path(o.out);
+  if (!o.check) check_output_path((out / "MANIFEST").string(), "MANIFEST");  // before any golden is written
   const bool tty = isatty(fileno(stderr)) && !o.quiet && !common.json;
   int done = 0;
   const int n = static_cast<int>(jobs.size());

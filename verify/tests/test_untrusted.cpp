@@ -200,6 +200,16 @@ TEST_CASE("untrusted output paths: devices, FIFOs, links, directories and the in
   }
   CHECK(fs::is_fifo(d / "fifo"));
   CHECK(slurp(d / "target") == "keep me\n");
+  // gen's MANIFEST: a symbolic link there is not replaced.
+  fs::create_directories(d / "gen_out");
+  fs::create_symlink(d / "target", d / "gen_out" / "MANIFEST");
+  {
+    const auto r = run_a("gen -q --op scaled_add --out " + q(d / "gen_out"));
+    INFO(r.out);
+    CHECK(r.code == 2);
+    CHECK(fs::is_symlink(d / "gen_out" / "MANIFEST"));
+    CHECK(slurp(d / "target") == "keep me\n");
+  }
   // inspect --decode onto an existing file that is not a directory: exit 2, not 125.
   const auto r = run_a("inspect " + q(golden_copy) + " --decode " + q(d / "target"));
   INFO(r.out);
