@@ -100,10 +100,18 @@ void run_case(const gen::OpDef& op, const TolerancePolicy& policy, const std::ve
     }
     std::vector<std::string> judged;
     if (v.kind == gen::Variant::Kind::mutant) judged = profiles;
-    else {
+    else if (v.profile == kStrictProfile) {
+      judged = profiles;  // strict first: a correct strict kernel must pass under every profile too
+    } else {
       judged.push_back(v.profile);
-      if (v.profile != kStrictProfile) judged.push_back(kStrictProfile);
+      judged.push_back(kStrictProfile);
     }
+    // The variant's stored outputs in the golden's order (a code's verdict may depend on its scale).
+    std::vector<std::vector<double>> av(g.outputs.size());
+    for (size_t j = 0; j < g.outputs.size(); ++j)
+      if (auto it = outs.find(g.outputs[j].expected.name);
+          it != outs.end() && it->second.size() == g.outputs[j].expected.data.size())
+        av[j] = stored(g.outputs[j].expected.dtype, it->second);
     for (const auto& prof : judged) {
       CalibrationCell cell;
       cell.variant = v.name, cell.case_name = c.name, cell.profile = prof;
@@ -134,7 +142,7 @@ void run_case(const gen::OpDef& op, const TolerancePolicy& policy, const std::ve
           continue;
         }
         const auto r = itol ? compare_tensor(*o, stored(o->expected.dtype, vals), *itol)
-                            : compare_with_policy(policy, op.name, *o, stored(o->expected.dtype, vals), prof);
+                            : compare_output(policy, op.name, g.outputs, static_cast<size_t>(o - g.outputs.data()), av, prof);
         if (r.verdict != Verdict::Passed) cell.passed = false;
         if (r.max_ratio > cell.ratio || cell.worst_output.empty()) {
           cell.ratio = std::max(cell.ratio, r.max_ratio);
@@ -171,6 +179,13 @@ void summarize(const gen::OpDef& op, OpCalibration& oc) {
         if (!cell.passed) ++s.cases_failed;
         if (cell.ratio > s.margin || s.margin_case.empty())
           s.margin = cell.ratio, s.margin_case = cell.case_name, s.margin_output = cell.worst_output;
+      } else if (v.profile == kStrictProfile) {  // a strict emulation judged under another profile
+        if (!cell.passed) {
+          ++s.profile_failures;
+          if (s.profile_hint.empty())
+            s.profile_hint = fmt::format("{} under profile {} ({}x allowed on '{}')", cell.case_name, cell.profile,
+                                         ratio_str(cell.ratio), cell.worst_output);
+        }
       } else {  // the emulation judged under strict
         if (!cell.passed) {
           ++s.strict_failures;
@@ -194,6 +209,10 @@ void summarize(const gen::OpDef& op, OpCalibration& oc) {
       else if (s.margin > oc.emulation_max)
         s.problems.push_back(fmt::format("worst margin {} of allowed on {} ('{}'), above the floor {}", ratio_str(s.margin),
                                          s.margin_case, s.margin_output, ratio_str(oc.emulation_max)));
+      if (s.profile_failures > 0)
+        s.problems.push_back(fmt::format("passes strict but is REJECTED under another profile on {} case(s), e.g. {}: a "
+                                         "profile must allow every element at least what strict allows",
+                                         s.profile_failures, s.profile_hint));
       if (s.profile != kStrictProfile && s.cases_applied > 0 && s.strict_failures == 0)
         s.problems.push_back(fmt::format("passes strict on every case: profile {} is not needed to describe it", s.profile));
     }
@@ -272,6 +291,25 @@ CalibrationReport calibrate(const CalibrateOptions& o) {
         oc.problems.push_back(fmt::format("{}: entry (output '{}', dtype {}, profile {}) can never be selected: no L0 golden "
                                           "of {} has that output or intermediate in that dtype",
                                           e.tol.source, e.output, name(e.dtype), e.profile, opname));
+    }
+    // Monotone profiles: a profile entry written tighter than strict's tolerance for the same
+    // (output, dtype) in any term is an error (the lookup widens it, so the entry would say less
+    // than what is applied). Strict's tolerance is its named entry, its "*" entry or the default.
+    for (const auto& e : policy.entries()) {
+      if (e.profile == kStrictProfile || e.output == "*") continue;
+      const Tolerance st = policy.lookup(opname, e.output, e.dtype, kStrictProfile);
+      std::vector<std::string> lower;
+      if (e.tol.atol < st.atol) lower.push_back(fmt::format("atol {:g} < {:g}", e.tol.atol, st.atol));
+      if (e.tol.rtol < st.rtol) lower.push_back(fmt::format("rtol {:g} < {:g}", e.tol.rtol, st.rtol));
+      if (e.tol.bound_k < st.bound_k) lower.push_back(fmt::format("bound_k {:g} < {:g}", e.tol.bound_k, st.bound_k));
+      if (e.tol.max_mismatch < st.max_mismatch)
+        lower.push_back(fmt::format("max_mismatch {} < {}", e.tol.max_mismatch, st.max_mismatch));
+      if (e.tol.exact != st.exact || e.tol.period != st.period) lower.push_back("compares differently (exact / period)");
+      if (!lower.empty())
+        oc.problems.push_back(fmt::format("{}: entry (output '{}', dtype {}, profile {}) is tighter than strict's {} ({}): a "
+                                          "profile adds roundings to strict's error model and can never allow less; drop "
+                                          "the entry or add its terms to strict's",
+                                          e.tol.source, e.output, name(e.dtype), e.profile, st.source, fmt::join(lower, ", ")));
     }
     for (const auto& p : oc.profiles) {
       const bool proven = std::any_of(op->variants.begin(), op->variants.end(), [&](const gen::Variant& v) {
@@ -360,6 +398,9 @@ nlohmann::json calibration_json(const CalibrationReport& r) {
       } else if (v.profile != kStrictProfile) {
         vj["strict_rejections"] = v.strict_failures;
         vj["strict_hint"] = v.strict_hint;
+      } else {
+        vj["profile_rejections"] = v.profile_failures;
+        vj["profile_hint"] = v.profile_hint;
       }
       o["variants"].push_back(vj);
     }

@@ -9,13 +9,15 @@
 //   - margin = max over the variant's outputs and elements of error / allowed
 //     (TensorReport::max_ratio; +inf for a code, NaN/Inf-position or never-pass failure).
 // Mutants are judged under every profile of the op; emulations under their own profile and, when
-// that is not "strict", under strict too (they must fail there: otherwise the profile is not needed).
+// that is not "strict", under strict too (they must fail there: otherwise the profile is not needed);
+// strict emulations under every profile (they must pass there too: profiles are monotone).
 //
 // The op fails calibration (exit 1) when: a mutant is rejected on no case, or its best margin is
 // below kill_min (under any profile); an emulation fails a case, or its worst margin is above
 // emulation_max; a profile (strict included) has no emulation, or its emulation passes strict everywhere;
-// a policy entry can never be selected (no L0 golden has that output in that dtype); a per-dtype
-// DEFAULT tolerance's atol alone admits a 100% error on some non-zero golden element; the op has no
+// a strict emulation is rejected under another profile; a profile entry is tighter than strict's
+// tolerance for its (output, dtype) in any term; a policy entry can never be selected (no L0 golden
+// has that output in that dtype); a per-dtype DEFAULT tolerance's atol alone admits a 100% error on some non-zero golden element; the op has no
 // mutant. The floors come from the fixture's [calibrate] table (defaults 0.5 and 10).
 #pragma once
 #include <string>
@@ -49,6 +51,9 @@ struct VariantSummary {
   std::vector<std::pair<std::string, double>> kill_by_profile;
   int strict_failures = 0;
   std::string strict_hint;
+  // strict emulations: cases rejected under some other profile of the op (must be none).
+  int profile_failures = 0;
+  std::string profile_hint;
   std::vector<std::string> problems;
 };
 

@@ -103,15 +103,28 @@ CandidateResult judge_candidate(const Golden& g, const TolerancePolicy& policy, 
     tol.source = "--atol/--rtol";
     return tol;
   };
-  for (const auto& out : g.outputs) {
+  // Every selected output, and the scale a selected output is linked to (Output::scaled_by), is
+  // read before any is judged: a code's verdict may depend on its block's scale (compare_output).
+  std::vector<std::vector<double>> actual(g.outputs.size());
+  const auto needed = [&](const Output& o) {
+    if (selected(o.expected.name)) return true;
+    for (const auto& u : g.outputs)
+      if (selected(u.expected.name) && u.scaled_by == o.expected.name) return cand.exists("/outputs/" + o.expected.name);
+    return false;
+  };
+  for (size_t k = 0; k < g.outputs.size(); ++k)
+    if (needed(g.outputs[k])) actual[k] = read_candidate(cand, g.outputs[k]);
+  for (size_t k = 0; k < g.outputs.size(); ++k) {
+    const Output& out = g.outputs[k];
     if (!selected(out.expected.name)) continue;
-    auto actual = read_candidate(cand, out);
-    if (how.atol >= 0 || how.rtol >= 0)
-      r.reports.push_back(compare_tensor(out, actual, override_tol(policy.lookup(g.prov.op, out.expected.name, out.expected.dtype, r.profile))));
-    else
-      r.reports.push_back(compare_with_policy(policy, g.prov.op, out, actual, r.profile));
-    attach_error_profile(r.reports.back(), out, actual);
-    r.actual.push_back(std::move(actual));
+    if (how.atol >= 0 || how.rtol >= 0) {
+      const Tolerance t = override_tol(policy.lookup(g.prov.op, out.expected.name, out.expected.dtype, r.profile));
+      r.reports.push_back(compare_output(policy, g.prov.op, g.outputs, k, actual, r.profile, &t));
+    } else {
+      r.reports.push_back(compare_output(policy, g.prov.op, g.outputs, k, actual, r.profile));
+    }
+    attach_error_profile(r.reports.back(), out, actual[k]);
+    r.actual.push_back(actual[k]);
     if (r.reports.back().verdict != Verdict::Passed) r.verdict = Verdict::Incorrect;
   }
   judge_intermediates(g, policy, cand, r, selected, how.atol >= 0 || how.rtol >= 0 ? std::function<Tolerance(Tolerance)>(override_tol) : nullptr);

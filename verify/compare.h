@@ -71,6 +71,20 @@ TensorReport compare_tensor(const Output& golden, const std::vector<double>& act
 TensorReport compare_with_policy(const TolerancePolicy& policy, std::string_view op, const Output& golden,
                                  const std::vector<double>& actual, std::string_view profile = kStrictProfile);
 
+// Scale links (Output::scaled_by: MX codes, packed bytes and dequantized values by their UE8M0
+// scale). compare_with_policy for output k of `outs`, where `actual[j]` holds the candidate's
+// values of outs[j] (empty where not read). For an exact output with a scale link, every element
+// of a block whose candidate scale is NaN, where the golden allows a NaN scale for that block (its
+// expected or /alt scale is NaN), is accepted whatever its code: a NaN-scaled block decodes to
+// NaN whatever its codes. For a failing non-exact output with a scale link, the report's hint says
+// how many wrong elements are candidate zeros in blocks of scale byte 0 (2^-127), which the OCP MX
+// spec decodes as 2^-127, not 0. `tol_override` replaces the policy's entry (--atol/--rtol).
+// The waiver compare_output applies to outs[k] (Output::waived; empty: none), for the repro mask.
+std::vector<uint8_t> scale_waiver(const std::vector<Output>& outs, size_t k, const std::vector<std::vector<double>>& actual);
+TensorReport compare_output(const TolerancePolicy& policy, std::string_view op, const std::vector<Output>& outs, size_t k,
+                            const std::vector<std::vector<double>>& actual, std::string_view profile,
+                            const Tolerance* tol_override = nullptr);
+
 // A golden must accept itself: every output's /rounded codes (what a kernel in the output dtype
 // writes), decoded, pass that output's strict rule. OracleDisagreement naming the output, its first
 // rejected element and why otherwise (assay gen refuses to write such a golden; a test checks

@@ -108,13 +108,12 @@ std::map<std::string, std::string> golden_hashes(const Golden& g) {
       return x;
     };
     const auto sf = g.single_form.find(e.name);
-    m["/expected/" + e.name] = head("expected")
-                                   .str(name(e.dtype))
-                                   .str(join_axes(e.axes))
-                                   .str(o.allow_nonfinite ? "1" : "0")
-                                   .str(sf == g.single_form.end() ? "" : sf->second)
-                                   .vec(e.data)
-                                   .hex();
+    Hasher he = head("expected");
+    he.str(name(e.dtype)).str(join_axes(e.axes)).str(o.allow_nonfinite ? "1" : "0");
+    he.str(sf == g.single_form.end() ? "" : sf->second).vec(e.data);
+    // Only a golden with a scale link hashes it, so every other golden keeps its hash.
+    if (!o.scaled_by.empty()) he.str(o.scaled_by).str(std::to_string(o.scale_block));
+    m["/expected/" + e.name] = he.hex();
     if (o.rounded) m["/rounded/" + e.name] = head("rounded").str(name(e.dtype)).vec(*o.rounded).hex();
     if (o.bound) m["/bounds/" + e.name] = head("bounds").vec(*o.bound).hex();
     if (o.allowed_mask) m["/allowed_mask/" + e.name] = head("allowed_mask").vec(*o.allowed_mask).hex();
@@ -215,6 +214,10 @@ void write_golden(const std::string& path, const Golden& g) {
       f.set_attr(ds, "axes", join_axes(e.axes));
       f.set_attr(ds, "allow_nonfinite", static_cast<int64_t>(o.allow_nonfinite));
       if (const auto sf = g.single_form.find(e.name); sf != g.single_form.end()) f.set_attr(ds, "single_form_reason", sf->second);
+      if (!o.scaled_by.empty()) {
+        f.set_attr(ds, "scaled_by", o.scaled_by);
+        f.set_attr(ds, "scale_block", o.scale_block);
+      }
       if (o.rounded) {
         write_codes(f, "/rounded/" + e.name, e.dtype, e.shape, *o.rounded);
         f.set_attr("/rounded/" + e.name, "dtype", std::string(name(e.dtype)));
@@ -371,6 +374,12 @@ static Golden read_golden_here(const std::string& path) {
     e.data = f.read_f64(ds);
     o.allow_nonfinite = f.has_attr(ds, "allow_nonfinite") && f.attr_int(ds, "allow_nonfinite") != 0;
     if (f.has_attr(ds, "single_form_reason")) g.single_form[n] = f.attr_str(ds, "single_form_reason");
+    if (f.has_attr(ds, "scaled_by")) {
+      o.scaled_by = f.attr_str(ds, "scaled_by");
+      o.scale_block = f.has_attr(ds, "scale_block") ? f.attr_int(ds, "scale_block") : 0;
+      if (o.scale_block < 1 || o.scale_block > (int64_t{1} << 20))
+        throw InputError(fmt::format("{}: {}: attribute 'scale_block': {} (expected 1 .. 2^20)", path, ds, o.scale_block));
+    }
     if (f.exists("/rounded/" + n)) {
       const std::string rd = "/rounded/" + n;
       if (f.info(rd).shape != e.shape) throw InputError(fmt::format("{}: {}: shape differs from {}", path, rd, ds));
@@ -393,6 +402,18 @@ static Golden read_golden_here(const std::string& path) {
     g.outputs.push_back(std::move(o));
   }
   if (g.outputs.empty()) throw InputError(fmt::format("{}: /expected: no expected outputs", path));
+  for (const auto& o : g.outputs) {
+    if (o.scaled_by.empty()) continue;
+    const Output* sc = g.output(o.scaled_by);
+    const auto& e = o.expected;
+    const bool fits = sc && sc != &o && sc->expected.shape.size() == e.shape.size() && !e.shape.empty() &&
+                      std::equal(e.shape.begin(), e.shape.end() - 1, sc->expected.shape.begin()) &&
+                      sc->expected.shape.back() == (e.shape.back() + o.scale_block - 1) / o.scale_block;
+    if (!fits)
+      throw InputError(fmt::format("{}: /expected/{}: attribute 'scaled_by' = '{}' does not name another output of shape {} "
+                                   "with blocks of {} along the last axis",
+                                   path, e.name, printable(o.scaled_by), shape_str(e.shape), o.scale_block));
+  }
   for (const auto& n : f.list("/intermediates")) {
     const std::string ds = "/intermediates/" + n;
     Tensor t;

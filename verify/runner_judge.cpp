@@ -115,15 +115,13 @@ void judge(CaseResult& cr, const Golden& g, const kernels::KernelDef& k, const s
   std::vector<Tolerance> tols;
   bool all_ok = true;
   std::vector<std::string> diffs;
+  // Every output is read before any is judged: a code's verdict may depend on its block's scale
+  // (Output::scaled_by, compare_output).
   for (const auto& o : g.outputs) {
     const auto& e = o.expected;
     const auto c0 = read_codes(f, "/outputs/" + e.name, e);
     std::vector<double> a(c0.size());
     for (size_t i = 0; i < a.size(); ++i) a[i] = worker::decode_code(e.dtype, c0[i]);
-    cr.tensors.push_back(compare_with_policy(policy, g.prov.op, o, a, k.profile));
-    attach_error_profile(cr.tensors.back(), o, a);
-    const Tolerance tol = cr.tensors.back().tol;
-    all_ok = all_ok && cr.tensors.back().verdict == Verdict::Passed;
     for (int r = 1; r < runs; ++r) {
       const auto cr_ = read_codes(f, fmt::format("/run{}/{}", r, e.name), e);
       int64_t nd = 0, first = -1;
@@ -138,7 +136,12 @@ void judge(CaseResult& cr, const Golden& g, const kernels::KernelDef& k, const s
                                     cr_[static_cast<size_t>(first)]));
     }
     actual.push_back(std::move(a));
-    tols.push_back(tol);
+  }
+  for (size_t j = 0; j < g.outputs.size(); ++j) {
+    cr.tensors.push_back(compare_output(policy, g.prov.op, g.outputs, j, actual, k.profile));
+    attach_error_profile(cr.tensors.back(), g.outputs[j], actual[j]);
+    tols.push_back(cr.tensors.back().tol);
+    all_ok = all_ok && cr.tensors.back().verdict == Verdict::Passed;
   }
   // Intermediates the kernel wrote (run 0 only): judged in rows of their own, after the outputs.
   CandidateResult inter;

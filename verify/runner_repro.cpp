@@ -106,7 +106,9 @@ void write_repro(const std::string& path, const Golden& g, const std::string& ke
     const auto& e = o.expected;
     std::vector<double> d(e.data.size());
     for (size_t i = 0; i < d.size(); ++i) d[i] = std::fabs(actual[k][i] - e.data[i]);
-    const std::vector<uint8_t> bad = mismatch_mask(o, tols[k], actual[k]);  // the verdict's own rule
+    Output ow;  // with the waiver the verdict applied (compare_output), so the mask flags what it counted
+    if (auto w = scale_waiver(g.outputs, k, actual); !w.empty()) ow = o, ow.waived = std::move(w);
+    const std::vector<uint8_t> bad = mismatch_mask(ow.waived.empty() ? o : ow, tols[k], actual[k]);  // the verdict's own rule
     f.write("/expected/" + e.name, h5::Elem::f64, e.shape, e.data.data());
     f.write("/actual/" + e.name, h5::Elem::f64, e.shape, actual[k].data());
     f.write("/absdiff/" + e.name, h5::Elem::f64, e.shape, d.data());

@@ -1,5 +1,6 @@
 #include "verify/tolerance.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -161,24 +162,58 @@ void TolerancePolicy::require_profile(std::string_view op, std::string_view prof
   throw InputError(fmt::format("{}: precision profile '{}' is not one of op {}'s profiles ({})", where, profile, op, known));
 }
 
+namespace {
+
+// The entry for (op, output or "*", dtype) under exactly `prof`; nullptr: none.
+const TolerancePolicy::Entry* find_entry(const std::vector<TolerancePolicy::Entry>& entries, std::string_view op,
+                                         std::string_view output, DType dtype, std::string_view prof, bool star) {
+  for (const auto& e : entries)
+    if (e.op == op && e.output == output && e.dtype == dtype && e.profile == prof) return &e;
+  if (star)
+    for (const auto& e : entries)
+      if (e.op == op && e.output == "*" && e.dtype == dtype && e.profile == prof) return &e;
+  return nullptr;
+}
+
+}  // namespace
+
+Tolerance at_least_strict(const Tolerance& p, const Tolerance& strict) {
+  if (p.exact != strict.exact || p.period != strict.period)
+    throw InputError(fmt::format("{} (profile {}): a profile entry must compare as strict's {} does ({} vs {}): a "
+                                 "profile adds roundings to strict's error model, it cannot change what is compared",
+                                 p.source, p.profile, strict.source,
+                                 p.exact ? "exact codes" : p.period > 0 ? "circular distance" : "values",
+                                 strict.exact ? "exact codes" : strict.period > 0 ? "circular distance" : "values"));
+  Tolerance r = p;
+  r.atol = std::max(p.atol, strict.atol);
+  r.rtol = std::max(p.rtol, strict.rtol);
+  r.bound_k = std::max(p.bound_k, strict.bound_k);
+  r.max_mismatch = std::max(p.max_mismatch, strict.max_mismatch);
+  if (r.atol != p.atol || r.rtol != p.rtol || r.bound_k != p.bound_k || r.max_mismatch != p.max_mismatch)
+    r.source = fmt::format("{}, at least {}", p.source, strict.source);
+  return r;
+}
+
 Tolerance TolerancePolicy::lookup(std::string_view op, std::string_view output, DType dtype,
                                   std::string_view profile) const {
   require_profile(op, profile, "tolerance lookup");
-  for (std::string_view prof : {profile, std::string_view(kStrictProfile)}) {
-    for (const auto& e : entries_)
-      if (e.op == op && e.output == output && e.dtype == dtype && e.profile == prof) return e.tol;
-    for (const auto& e : entries_)
-      if (e.op == op && e.output == "*" && e.dtype == dtype && e.profile == prof) return e.tol;
-  }
-  return default_tolerance(dtype);
+  const Entry* s = find_entry(entries_, op, output, dtype, kStrictProfile, true);
+  Tolerance strict = s ? s->tol : default_tolerance(dtype);
+  if (profile == kStrictProfile) return strict;
+  // The profile's own entry, widened to strict's wherever strict allows more: a profile names
+  // extra roundings on top of strict, so no element may be allowed less under it.
+  if (const Entry* p = find_entry(entries_, op, output, dtype, profile, true)) return at_least_strict(p->tol, strict);
+  return strict;
 }
 
 std::optional<Tolerance> TolerancePolicy::lookup_named(std::string_view op, std::string_view output, DType dtype,
                                                       std::string_view profile) const {
   require_profile(op, profile, "tolerance lookup");
-  for (std::string_view prof : {profile, std::string_view(kStrictProfile)})
-    for (const auto& e : entries_)
-      if (e.op == op && e.output == output && e.dtype == dtype && e.profile == prof) return e.tol;
+  const Entry* s = find_entry(entries_, op, output, dtype, kStrictProfile, false);
+  const Entry* p = profile == kStrictProfile ? nullptr : find_entry(entries_, op, output, dtype, profile, false);
+  if (p && s) return at_least_strict(p->tol, s->tol);
+  if (p) return p->tol;
+  if (s) return s->tol;
   return std::nullopt;
 }
 

@@ -15,9 +15,13 @@
 // must equal the candidate's codes (NaN as a class). A tensor passes when the mismatch count is
 // <= max_mismatch (default 0) and none of the never-pass rules fired (verify/compare.h).
 //
-// Lookup order for (op, output, dtype, profile): the [[tolerance]] entry of fixtures/<op>.toml for
-// (output, dtype, profile), then ("*", dtype, profile); then the same two for "strict" (a profile
-// only lists the outputs it changes); then the per-dtype default below.
+// Lookup for (op, output, dtype, profile): strict's tolerance is the [[tolerance]] entry of
+// fixtures/<op>.toml for (output, dtype), else ("*", dtype), else the per-dtype default below. Under
+// another profile, its entry for (output, dtype), else ("*", dtype), widened term by term to at
+// least strict's (atol, rtol, bound_k, max_mismatch: at_least_strict); an output the profile does
+// not list is judged as under strict. So no element is ever allowed less under a profile than under
+// strict: a profile names roundings a kernel adds, never ones it removes. `assay calibrate` also
+// rejects a profile entry written tighter than strict in any term.
 #pragma once
 #include <optional>
 #include <string>
@@ -41,6 +45,10 @@ struct Tolerance {
 };
 
 inline constexpr const char* kStrictProfile = "strict";
+
+// `p` with each of atol, rtol, bound_k, max_mismatch raised to strict's where strict's is larger
+// (`source` then names both). InputError when they compare differently (exact / period differ).
+Tolerance at_least_strict(const Tolerance& p, const Tolerance& strict);
 
 // Per-dtype defaults, each with its why (verify/tolerance.cpp).
 Tolerance default_tolerance(DType t);

@@ -52,6 +52,14 @@ struct Output {
   // the allowed codes (formats of <= 6 bits, bit c = code c allowed) and/or one alternative value.
   std::optional<std::vector<uint64_t>> allowed_mask;
   std::optional<std::vector<double>> alt;
+  // Codes scaled per block by another output (MX element codes and packed bytes by their UE8M0
+  // scale): that output's name and the block's length along the last axis (rows map one to one).
+  // A block whose scale is NaN decodes to NaN whatever its codes (verify/compare.h,
+  // scale_waiver).
+  std::string scaled_by;
+  int64_t scale_block = 0;
+  // Set per candidate by the judge, never stored: 1 = this element is accepted whatever its value.
+  std::vector<uint8_t> waived;
 };
 
 // Measured agreement of the two oracle forms on one tensor.

@@ -125,6 +125,7 @@ OracleResult nvfp4_oracle(const std::vector<float>& x, int64_t M, int64_t N, con
       r.outputs.push_back(f32_output("xhat" + sfx, {ar, ac}, s, ex, &te));
     } else {
       r.outputs.push_back(f32_output("xhat" + sfx, {ar, ac}, s, ex, nullptr));
+    r.outputs.back().scaled_by = "scale" + sfx, r.outputs.back().scale_block = 32;
     }
     r.agreement.push_back({"xhat" + sfx, "kernel", "tensor", agreement_rel(ex, nvfp4_dequantize_exact(db))});
     r.intermediates.push_back(Tensor{"s_enc" + sfx, {"one"}, {1}, DType::f32, {static_cast<double>(da.s_enc)}});
@@ -163,18 +164,22 @@ OracleResult mx_oracle(const std::vector<float>& x, int64_t M, int64_t N, const 
     const bool nan_alt = da.scale_alt != da.scales;
     if (nan_alt) r.outputs.back().alt = decoded(da.scale_alt, DType::ue8m0);
     if (da.alt != da.codes) r.outputs[qi].alt = decoded(da.alt, cfg.elem);
+    r.outputs[qi].scaled_by = "scale" + sfx, r.outputs[qi].scale_block = 32;
     if (fp4) {
       r.outputs.push_back(code_output("packed" + sfx, {ar, ac + "2"}, {da.rows, (da.cols + 1) / 2}, DType::u8, da.packed));
       agree(r, "packed" + sfx, da.packed, db.packed, DType::u8);
-      if (nan_alt) {
-        std::vector<double> pa(da.packed_alt.begin(), da.packed_alt.end());
-        r.outputs.back().alt = std::move(pa);
-      }
+      r.outputs.back().scaled_by = "scale" + sfx, r.outputs.back().scale_block = 16;
     }
     const auto ex = mx_dequantize(da, cfg.elem);
     r.outputs.push_back(f32_output("xhat" + sfx, {ar, ac}, s, ex, nullptr));
-    if (nan_alt) {  // torchao: the whole NaN-scaled block dequantizes to NaN
+    r.outputs.back().scaled_by = "scale" + sfx, r.outputs.back().scale_block = 32;
+    if (nan_alt || da.alt != da.codes) {
+      // A kernel that writes the allowed alternative codes and scales dequantizes them to this:
+      // torchao's NaN scale makes its whole block NaN; TE's exp2f_rcp encodings (scale byte 0
+      // encoded with multiplier 1, torchao RCEIL too; 0xFE with multiplier 0) give codes whose
+      // spec dequantization (code * 2^(e-127)) is +-0 or NaN.
       MxDir ao = da;
+      ao.codes = da.alt;
       ao.scales = da.scale_alt;
       r.outputs.back().alt = mx_dequantize(ao, cfg.elem);
     }
