@@ -1,0 +1,1 @@
+"""One module per upstream family; each exports UPSTREAMS (see conformance/upstream.py)."""
