@@ -280,6 +280,7 @@ Output slice_output(const Output& o, size_t d, int64_t lo, int64_t hi) {
   const Shape& sh = o.expected.shape;
   r.expected = slice_tensor(o.expected, d, lo, hi);
   if (o.bound) r.bound = slice_dim(sh, d, lo, hi, *o.bound);
+  if (o.bound2) r.bound2 = slice_dim(sh, d, lo, hi, *o.bound2);
   if (o.rounded) r.rounded = slice_dim(sh, d, lo, hi, *o.rounded);
   if (o.allowed_mask) r.allowed_mask = slice_dim(sh, d, lo, hi, *o.allowed_mask);
   if (o.alt) r.alt = slice_dim(sh, d, lo, hi, *o.alt);

@@ -302,6 +302,7 @@ CalibrationReport calibrate(const CalibrateOptions& o) {
       if (e.tol.atol < st.atol) lower.push_back(fmt::format("atol {:g} < {:g}", e.tol.atol, st.atol));
       if (e.tol.rtol < st.rtol) lower.push_back(fmt::format("rtol {:g} < {:g}", e.tol.rtol, st.rtol));
       if (e.tol.bound_k < st.bound_k) lower.push_back(fmt::format("bound_k {:g} < {:g}", e.tol.bound_k, st.bound_k));
+      if (e.tol.bound2_k < st.bound2_k) lower.push_back(fmt::format("bound2_k {:g} < {:g}", e.tol.bound2_k, st.bound2_k));
       if (e.tol.max_mismatch < st.max_mismatch)
         lower.push_back(fmt::format("max_mismatch {} < {}", e.tol.max_mismatch, st.max_mismatch));
       if (e.tol.exact != st.exact || e.tol.period != st.period) lower.push_back("compares differently (exact / period)");

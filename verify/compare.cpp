@@ -63,7 +63,8 @@ ElementCheck check_element(const Output& golden, const Tolerance& tol, size_t i,
   // Each term is 0 when its factor is 0: bound_k = 0 with a +inf bound adds nothing (0 * inf
   // would be NaN), and a NaN allowance, whatever produced it, allows nothing.
   auto term = [](double k, double v) { return k == 0 ? 0.0 : k * v; };
-  double allowed = term(1.0, tol.atol) + term(tol.rtol, std::fabs(y)) + (golden.bound ? term(tol.bound_k, (*golden.bound)[i]) : 0.0);
+  double allowed = term(1.0, tol.atol) + term(tol.rtol, std::fabs(y)) + (golden.bound ? term(tol.bound_k, (*golden.bound)[i]) : 0.0) +
+                   (golden.bound2 ? term(tol.bound2_k, (*golden.bound2)[i]) : 0.0);
   if (std::isnan(allowed)) allowed = 0;
   c.allowed = allowed;
   c.bad = !(d <= allowed);

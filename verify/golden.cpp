@@ -116,6 +116,7 @@ std::map<std::string, std::string> golden_hashes(const Golden& g) {
     m["/expected/" + e.name] = he.hex();
     if (o.rounded) m["/rounded/" + e.name] = head("rounded").str(name(e.dtype)).vec(*o.rounded).hex();
     if (o.bound) m["/bounds/" + e.name] = head("bounds").vec(*o.bound).hex();
+    if (o.bound2) m["/bounds2/" + e.name] = head("bounds2").vec(*o.bound2).hex();
     if (o.allowed_mask) m["/allowed_mask/" + e.name] = head("allowed_mask").vec(*o.allowed_mask).hex();
     if (o.alt) m["/alt/" + e.name] = head("alt").vec(*o.alt).hex();
   }
@@ -195,6 +196,8 @@ void write_golden(const std::string& path, const Golden& g) {
     for (const char* grp : {"/case", "/inputs", "/expected", "/rounded", "/bounds", "/allowed_mask", "/alt", "/intermediates"})
       f.create_group(grp);
     if (!g.intermediate_bounds.empty()) f.create_group("/intermediate_bounds");
+    if (std::any_of(g.outputs.begin(), g.outputs.end(), [](const Output& o) { return o.bound2.has_value(); }))
+      f.create_group("/bounds2");
     for (const auto& [k, v] : g.case_fields.all()) f.set_attr_value("/case", k, v);
     for (size_t i = 0; i < g.inputs.size(); ++i) {
       const auto& t = g.inputs[i];
@@ -222,13 +225,15 @@ void write_golden(const std::string& path, const Golden& g) {
         write_codes(f, "/rounded/" + e.name, e.dtype, e.shape, *o.rounded);
         f.set_attr("/rounded/" + e.name, "dtype", std::string(name(e.dtype)));
       }
-      if (o.bound) {
-        std::vector<float> b32(o.bound->size());
+      // Bounds are float32 (gen rounded them up): each value must be exact in float32.
+      for (const auto& [grp, b] : {std::pair{"/bounds/", &o.bound}, std::pair{"/bounds2/", &o.bound2}}) {
+        if (!*b) continue;
+        std::vector<float> b32((*b)->size());
         for (size_t k = 0; k < b32.size(); ++k) {
-          b32[k] = static_cast<float>((*o.bound)[k]);
-          ASSAY_CHECK(static_cast<double>(b32[k]) == (*o.bound)[k], "bound of {} is not float32-representable", e.name);
+          b32[k] = static_cast<float>((**b)[k]);
+          ASSAY_CHECK(static_cast<double>(b32[k]) == (**b)[k], "{}{} is not float32-representable", grp, e.name);
         }
-        f.write("/bounds/" + e.name, h5::Elem::f32, e.shape, b32.data());
+        f.write(grp + e.name, h5::Elem::f32, e.shape, b32.data());
       }
       if (o.allowed_mask) f.write("/allowed_mask/" + e.name, h5::Elem::u64, e.shape, o.allowed_mask->data());
       if (o.alt) f.write("/alt/" + e.name, h5::Elem::f64, e.shape, o.alt->data());
@@ -329,7 +334,8 @@ static Golden read_golden_here(const std::string& path) {
     // The whole file's declared size, before anything is loaded: many datasets each under the
     // limit must not add up past it (a small file can declare huge chunked datasets).
     int64_t total = 0;
-    for (const char* grp : {"/inputs", "/expected", "/rounded", "/bounds", "/allowed_mask", "/alt", "/intermediates", "/intermediate_bounds"}) {
+    for (const char* grp : {"/inputs", "/expected", "/rounded", "/bounds", "/bounds2", "/allowed_mask", "/alt", "/intermediates",
+                            "/intermediate_bounds"}) {
       if (!f.exists(grp)) continue;
       for (const auto& n : f.list(grp)) {
         const std::string ds = std::string(grp) + "/" + n;
@@ -391,6 +397,13 @@ static Golden read_golden_here(const std::string& path) {
       if (binf.shape != e.shape) throw InputError(fmt::format("{}: {}: shape differs from {}", path, bd, ds));
       if (!binf.is_float) throw InputError(fmt::format("{}: {}: bounds must be float32 (or float64)", path, bd));
       o.bound = f.read_f64(bd);
+    }
+    if (f.exists("/bounds2/" + n)) {
+      const std::string bd = "/bounds2/" + n;
+      const auto binf = f.info(bd);
+      if (binf.shape != e.shape) throw InputError(fmt::format("{}: {}: shape differs from {}", path, bd, ds));
+      if (!binf.is_float) throw InputError(fmt::format("{}: {}: bounds must be float32 (or float64)", path, bd));
+      o.bound2 = f.read_f64(bd);
     }
     for (const char* grp : {"/allowed_mask/", "/alt/"}) {
       const std::string ad = grp + n;

@@ -100,6 +100,7 @@ void TolerancePolicy::add_file(const std::string& path) {
     e.tol.atol = (*t)["atol"].value<double>().value_or(0.0);
     e.tol.rtol = (*t)["rtol"].value<double>().value_or(0.0);
     e.tol.bound_k = (*t)["bound_k"].value<double>().value_or(0.0);
+    e.tol.bound2_k = (*t)["bound2_k"].value<double>().value_or(0.0);
     e.tol.max_mismatch = (*t)["max_mismatch"].value<int64_t>().value_or(0);
     e.tol.period = (*t)["period"].value<double>().value_or(0.0);
     e.tol.why = (*t)["why"].value<std::string>().value_or("");
@@ -109,11 +110,11 @@ void TolerancePolicy::add_file(const std::string& path) {
     e.tol.profile = e.profile;
     e.index = idx;
     if (e.tol.why.empty()) throw InputError(where + ": field 'why': every tolerance entry must say why");
-    if (e.tol.atol < 0 || e.tol.rtol < 0 || e.tol.bound_k < 0 || e.tol.max_mismatch < 0 || e.tol.period < 0)
-      throw InputError(where + ": atol, rtol, bound_k, max_mismatch and period must be >= 0");
+    if (e.tol.atol < 0 || e.tol.rtol < 0 || e.tol.bound_k < 0 || e.tol.bound2_k < 0 || e.tol.max_mismatch < 0 || e.tol.period < 0)
+      throw InputError(where + ": atol, rtol, bound_k, bound2_k, max_mismatch and period must be >= 0");
     for (const auto& [k, v] : *t) {
       (void)v;
-      static const std::set<std::string, std::less<>> known{"output", "dtype", "exact", "atol", "rtol", "bound_k",
+      static const std::set<std::string, std::less<>> known{"output", "dtype", "exact", "atol", "rtol", "bound_k", "bound2_k",
                                                            "max_mismatch", "period", "why", "profile"};
       if (!known.count(k.str())) throw InputError(fmt::format("{}: field '{}': unknown", where, k.str()));
     }
@@ -188,8 +189,10 @@ Tolerance at_least_strict(const Tolerance& p, const Tolerance& strict) {
   r.atol = std::max(p.atol, strict.atol);
   r.rtol = std::max(p.rtol, strict.rtol);
   r.bound_k = std::max(p.bound_k, strict.bound_k);
+  r.bound2_k = std::max(p.bound2_k, strict.bound2_k);
   r.max_mismatch = std::max(p.max_mismatch, strict.max_mismatch);
-  if (r.atol != p.atol || r.rtol != p.rtol || r.bound_k != p.bound_k || r.max_mismatch != p.max_mismatch)
+  if (r.atol != p.atol || r.rtol != p.rtol || r.bound_k != p.bound_k || r.bound2_k != p.bound2_k ||
+      r.max_mismatch != p.max_mismatch)
     r.source = fmt::format("{}, at least {}", p.source, strict.source);
   return r;
 }

@@ -8,9 +8,10 @@
 //
 // Element rule (NaN-safe: written as a negated <=; a term whose factor is 0 is 0, so an infinite
 // bound with bound_k = 0 adds nothing, and a NaN allowance allows nothing):
-//   ok_i  <=>  |a_i - e_i| <= atol + rtol * |e_i| + bound_k * bound_i
+//   ok_i  <=>  |a_i - e_i| <= atol + rtol * |e_i| + bound_k * bound_i [+ bound2_k * bound2_i]
 // (with `period`, |a_i - e_i| is the circular distance, for angle states)
-// where bound_i is the golden's per-element error-bound magnitude (0 if the golden has none).
+// where bound_i is the golden's per-element error-bound magnitude (0 if the golden has none) and
+// bound2_i its second magnitude, for the sensitivity to a rounding a profile adds (0 if none).
 // `exact = true` compares codes bit-for-bit (quantizer outputs): the golden's spec-rounded codes
 // must equal the candidate's codes (NaN as a class). A tensor passes when the mismatch count is
 // <= max_mismatch (default 0) and none of the never-pass rules fired (verify/compare.h).
@@ -33,6 +34,7 @@ namespace assay {
 
 struct Tolerance {
   double atol = 0, rtol = 0, bound_k = 0;
+  double bound2_k = 0;  // factor of the golden's second magnitude (/bounds2), where it has one
   int64_t max_mismatch = 0;
   bool exact = false;
   // > 0: the values are angles modulo `period` (e.g. 2*pi): the error is the circular distance

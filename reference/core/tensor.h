@@ -46,6 +46,10 @@ struct Tensor {
 struct Output {
   Tensor expected;                           // fp64 truth; expected.dtype = kernel-facing dtype
   std::optional<std::vector<double>> bound;  // per-element error-bound magnitude (e.g. sum_j p|v|)
+  // A second magnitude, for the sensitivity to a rounding a precision profile adds (e.g. Mamba-3's
+  // final_ssm under bf16-angles: the rotation scale of every accumulated key); the tolerance term
+  // bound2_k * bound2 (verify/tolerance.h).
+  std::optional<std::vector<double>> bound2;
   std::optional<std::vector<uint64_t>> rounded;  // spec-rounded codes in expected.dtype (exact answer)
   bool allow_nonfinite = false;  // the truth itself holds NaN/Inf (e.g. quantizing NaN input)
   // Where the spec allows more than one encoding (exact outputs only): per element, a bitmask of

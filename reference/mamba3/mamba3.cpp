@@ -24,6 +24,7 @@ Result make_result(const Problem& pb) {
   r.final_angle_bound.assign(NS * pb.H * pb.S, 0.0);
   r.final_ssm.assign(NS * pb.H * pb.P * pb.N, 0.0);
   r.final_ssm_bound.assign(NS * pb.H * pb.P * pb.N, 0.0);
+  r.final_ssm_rot_bound.assign(NS * pb.H * pb.P * pb.N, 0.0);
   r.final_k.assign(NS * pb.R * pb.H * pb.N, 0.0);
   r.final_k_bound.assign(NS * pb.R * pb.H * pb.N, 0.0);
   r.final_v.assign(NS * pb.H * pb.P, 0.0);
@@ -220,6 +221,7 @@ OracleResult assemble(const Problem& pb, const Result& st, const Result& ch, DTy
   add("final_angle", {ns_axis, "H", "A"}, {NS, pb.H, pb.S}, DType::f32, st.final_angle, &st.final_angle_bound);
   add("final_ssm", {ns_axis, "H", "P", "N"}, {NS, pb.H, pb.P, pb.N}, DType::f32, st.final_ssm,
       &st.final_ssm_bound);
+  if (!pb.mimo) o.outputs.back().bound2 = st.final_ssm_rot_bound;  // only the SISO kernel stores bf16 angles
   if (pb.mimo)
     add("final_k", {ns_axis, "R", "H", "N"}, {NS, pb.R, pb.H, pb.N}, out_dtype, st.final_k, &st.final_k_bound);
   else
@@ -244,6 +246,7 @@ OracleResult assemble(const Problem& pb, const Result& st, const Result& ch, DTy
   agree("final_angle", angle_agreement(ch.final_angle, st.final_angle));
   agree("final_ssm", agreement_rel(ch.final_ssm, st.final_ssm));
   agree("final_ssm_bound", agreement_rel(ch.final_ssm_bound, st.final_ssm_bound));
+  agree("final_ssm_rot_bound", agreement_rel(ch.final_ssm_rot_bound, st.final_ssm_rot_bound));
   agree("final_k", agreement_rel(ch.final_k, st.final_k));
   agree("final_k_bound", agreement_rel(ch.final_k_bound, st.final_k_bound));
   agree("final_angle_bound", agreement_rel(ch.final_angle_bound, st.final_angle_bound));

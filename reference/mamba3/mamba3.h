@@ -60,7 +60,10 @@
 //   which covers rounding of u and w and an angle error delta alike, since each element moves by
 //   at most |delta| (|u| + |w|); |k^| for dims that are not rotated) and the final angle
 //   (|angle_state| + sum_t pi |tanh(Angles_t)| DT_t: the scale of the kernels' fp32 cumsum with
-//   tanh.approx; compare angles circularly, they live in [0, 2pi)).
+//   tanh.approx; compare angles circularly, they live in [0, 2pi)). final_ssm has a second
+//   magnitude, final_ssm_rot_bound (the golden's bound2): the recurrence with each rotated key
+//   element replaced by its pair's |u| + |w|, for a kernel that rotates the keys of its state update
+//   with angles stored in bf16 (the Triton SISO kernel: profile bf16-angles).
 //
 // ---- Where the spec and upstream disagree / choices made ----
 //   * MIMO angle state: mamba3_MIMO_step_ref does not reduce the running angle mod 2pi;
@@ -190,6 +193,12 @@ struct Result {
   std::vector<double> final_angle_bound;  // |angle_state| + sum_t pi |tanh(Angles_t)| DT_t
   std::vector<double> final_ssm;    // (NS, H, P, N)
   std::vector<double> final_ssm_bound;
+  // The rotation-scale magnitude of final_ssm: the same recurrence on magnitudes with each rotated
+  // key element replaced by its pair's |u| + |w| (u, w: the biased key before rotation) and 0 for
+  // dims outside the pairs; the input K state (given rotated) contributes 0. An angle error delta
+  // moves a rotated key element by at most |delta| (|u| + |w|), so an angle stored with error
+  // <= eps * 2pi (angles in [0, 2pi)) moves final_ssm by at most eps * 2pi * this (first order).
+  std::vector<double> final_ssm_rot_bound;
   std::vector<double> final_k;      // SISO (NS, H, N); MIMO (NS, R, H, N)
   std::vector<double> final_k_bound;  // |u| + |w| for both elements of a rotated pair, |k^| elsewhere
   std::vector<double> final_v;      // (NS, H, P)

@@ -301,6 +301,18 @@ void run_one(const Problem& pb, int64_t n, int64_t h, Result& res) {
   // The magnitude pass snapshots its folded start states too: chunk_states_bound.
   chunk_core(pb, sa, Ha, Ya, len > 0 ? &res.chunk_states_bound[pb.ichunk(pb.chunk_off[n], h)] : nullptr,
              pb.H * P * N);
+  // The rotation-scale pass (final_ssm_rot_bound): the magnitude run with each rotated key element
+  // replaced by its pair's |u| + |w| of the biased key, 0 outside the pairs, from a zero start (the
+  // input K state is given rotated: no angle of the kernel's touches it).
+  Mat Hg = Mat::Zero(P, N), Yg;
+  {
+    SeqData sg = sa;
+    sg.k = Mat::Zero(len * R, N);
+    for (int64_t row = 0; row < len * R; ++row)
+      for (int64_t i = 0; i < S; ++i)
+        sg.k(row, ia[i]) = sg.k(row, ib[i]) = std::fabs(kh(row, ia[i])) + std::fabs(kh(row, ib[i]));
+    chunk_core(pb, sg, Hg, Yg, nullptr, 0);
+  }
 
   for (int64_t row = 0; row < len * R; ++row)
     for (int64_t p = 0; p < P; ++p) res.out_pregate[pb.ipre(b, t0 + row / R, row % R, h) + p] = Y(row, p);
@@ -357,6 +369,7 @@ void run_one(const Problem& pb, int64_t n, int64_t h, Result& res) {
     for (int64_t j = 0; j < N; ++j) {
       res.final_ssm[pb.ist_ssm(n, h) + p * N + j] = Hs(p, j);
       res.final_ssm_bound[pb.ist_ssm(n, h) + p * N + j] = Ha(p, j);
+      res.final_ssm_rot_bound[pb.ist_ssm(n, h) + p * N + j] = Hg(p, j);
     }
   for (int64_t r = 0; r < R; ++r) {
     double* kf = &res.final_k[pb.ist_k(n, r, h)];

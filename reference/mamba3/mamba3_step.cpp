@@ -43,6 +43,8 @@ void run_one(const Problem& pb, int64_t n, int64_t h, Result& res) {
   // at every step for use (phi), so reduction roundings do not accumulate over T.
   std::vector<double> phi(S, 0.0), phia(S, 0.0), acc_hi(S, 0.0), acc_lo(S, 0.0);
   std::vector<double> Hs(P * N, 0.0), Ha(P * N, 0.0);  // state and its magnitude
+  std::vector<double> Hg(P * N, 0.0);                  // its rotation-scale magnitude (final_ssm_rot_bound)
+  std::vector<double> kprev_g(R * N, 0.0);             // k_{t-1}'s rotation scale (0: the input K state)
   std::vector<double> kprev(R * N, 0.0);               // k_{t-1,r}, biased and rotated
   std::vector<double> kprev_a(R * N, 0.0);             // its rotation magnitude
   std::vector<double> vprev_raw(P, 0.0);               // V_{t-1} raw
@@ -64,7 +66,7 @@ void run_one(const Problem& pb, int64_t n, int64_t h, Result& res) {
     for (int64_t p = 0; p < P; ++p) vprev_raw[p] = pb.init_v[pb.ist_v(n, h) + p];
   }
 
-  std::vector<double> q(R * N), k(R * N), ka(R * N), v(R * P), vprev(R * P);
+  std::vector<double> q(R * N), k(R * N), ka(R * N), kg(R * N), v(R * P), vprev(R * P);
   std::vector<double> y(R * P), ya(R * P);
   const double Dh = pb.d ? pb.d[h] : 0.0;
 
@@ -94,6 +96,12 @@ void run_one(const Problem& pb, int64_t n, int64_t h, Result& res) {
       }
       rotate_inplace(pb, phi, &q[r * N]);
       rotate_inplace(pb, phi, &k[r * N], &ka[r * N]);
+      for (int64_t j = 0; j < N; ++j) kg[r * N + j] = 0.0;
+      for (int64_t i = 0; i < S; ++i) {
+        int64_t ia, ib;
+        pair_of(pb, i, ia, ib);
+        kg[r * N + ia] = kg[r * N + ib] = ka[r * N + ia];  // |u| + |w| of the pair
+      }
       for (int64_t p = 0; p < P; ++p) {
         const double ps = pb.psi ? pb.psi[pb.ihr(h, r) * P + p] : 1.0;
         v[r * P + p] = pb.v[pb.iv(b, t, h) + p] * ps;
@@ -138,6 +146,12 @@ void run_one(const Problem& pb, int64_t n, int64_t h, Result& res) {
         }
         Hs[p * N + j] = alpha * Hs[p * N + j] + beta * prev + gamma * cur;
         Ha[p * N + j] = alpha * Ha[p * N + j] + beta * preva + gamma * cura;
+        double prevg = 0, curg = 0;
+        for (int64_t r = 0; r < R; ++r) {
+          prevg += std::fabs(vprev[r * P + p]) * kprev_g[r * N + j];
+          curg += std::fabs(v[r * P + p]) * kg[r * N + j];
+        }
+        Hg[p * N + j] = alpha * Hg[p * N + j] + beta * prevg + gamma * curg;
       }
 
     // 6. Output per rank, D skip.
@@ -199,6 +213,7 @@ void run_one(const Problem& pb, int64_t n, int64_t h, Result& res) {
     // 7. Carry k and raw V to the next step.
     kprev = k;
     kprev_a = ka;
+    kprev_g = kg;
     for (int64_t p = 0; p < P; ++p) vprev_raw[p] = pb.v[pb.iv(b, t, h) + p];
   }
 
@@ -209,6 +224,7 @@ void run_one(const Problem& pb, int64_t n, int64_t h, Result& res) {
   for (int64_t i = 0; i < P * N; ++i) {
     res.final_ssm[pb.ist_ssm(n, h) + i] = Hs[i];
     res.final_ssm_bound[pb.ist_ssm(n, h) + i] = Ha[i];
+    res.final_ssm_rot_bound[pb.ist_ssm(n, h) + i] = Hg[i];
   }
   for (int64_t r = 0; r < R; ++r)
     for (int64_t j = 0; j < N; ++j) {

@@ -42,7 +42,7 @@ nlohmann::json to_json(const std::string& path, const Golden& g) {
   }
   for (const auto& o : g.outputs)
     j["outputs"].push_back({{"name", o.expected.name}, {"dtype", name(o.expected.dtype)}, {"shape", o.expected.shape},
-                            {"axes", o.expected.axes}, {"bound", o.bound.has_value()},
+                            {"axes", o.expected.axes}, {"bound", o.bound.has_value()}, {"bound2", o.bound2.has_value()},
                             {"rounded", o.rounded.has_value()}, {"allow_nonfinite", o.allow_nonfinite},
                             {"single_form_reason", g.single_form.count(o.expected.name) ? g.single_form.at(o.expected.name) : ""}});
   for (const auto& t : g.intermediates)
@@ -71,8 +71,8 @@ void print(const std::string& path, const Golden& g) {
   }
   fmt::print("  outputs (fp64 truth; dtype = kernel-facing):\n");
   for (const auto& o : g.outputs)
-    fmt::print("    {:<14} {:<8} {:<22} {:<14}{}{}\n", o.expected.name, name(o.expected.dtype), shape_str(o.expected.shape),
-               axes_str(o.expected.axes), o.bound ? " +bound" : "", o.rounded ? " +rounded" : "");
+    fmt::print("    {:<14} {:<8} {:<22} {:<14}{}{}{}\n", o.expected.name, name(o.expected.dtype), shape_str(o.expected.shape),
+               axes_str(o.expected.axes), o.bound ? " +bound" : "", o.bound2 ? " +bound2" : "", o.rounded ? " +rounded" : "");
   for (const auto& [n, why] : g.single_form) fmt::print("    {}: one oracle form only: {}\n", printable(n), printable(why));
   if (!g.intermediates.empty()) {
     fmt::print("  intermediates:\n");

@@ -177,3 +177,17 @@ TEST_CASE("an all-NaN candidate's metrics are NaN, not a perfect 0 and 1", "[cpu
   CHECK(std::isnan(r.cosine));
   CHECK_THAT(r.summary(), assay_test::Contains("max_abs=nan"));
 }
+
+TEST_CASE("a second magnitude (bound2) adds bound2_k * bound2 to the allowance, nothing without its factor", "[cpu][L0]") {
+  auto g = golden({1, 2, 3, 4});
+  g.bound = std::vector<double>{1, 1, 1, 1};
+  g.bound2 = std::vector<double>{0, 10, 0, 0};
+  Tolerance t;
+  t.bound_k = 0.01;
+  const std::vector<double> a{1, 2.05, 3, 4};  // 0.05 off at [b=0, h=1]: 0.01 * 1 allows 0.01 only
+  CHECK(compare_tensor(g, a, t).verdict == Verdict::Incorrect);
+  t.bound2_k = 0.005;  // + 0.005 * 10 = 0.05 more
+  CHECK(compare_tensor(g, a, t).verdict == Verdict::Passed);
+  g.bound2.reset();  // a golden without the magnitude gets no extra allowance
+  CHECK(compare_tensor(g, a, t).verdict == Verdict::Incorrect);
+}
