@@ -41,3 +41,40 @@ add_test(NAME package.consumer
          COMMAND ${CMAKE_COMMAND} -DBUILD=${PROJECT_BINARY_DIR} -DSRC=${PROJECT_SOURCE_DIR}
                  -DWORK=${PROJECT_BINARY_DIR}/package-consumer -P ${PROJECT_SOURCE_DIR}/cmake/ConsumerTest.cmake)
 set_tests_properties(package.consumer PROPERTIES LABELS "cpu;L0" TIMEOUT 900)
+
+# The tool itself, relocatable: bin/assay finds its data as <exe>/../share/assay/{fixtures,golden}
+# (verify/cli/main.cpp, fixtures_for / default_golden_dir), the plugins under lib/assay/, the plugin
+# ABI header beside the other headers. `cpack -G DEB` (from the build directory) packs the same tree
+# for Debian 12.
+install(TARGETS assay RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+foreach(_p assay_example_plugin assay_mutants)
+  if(TARGET ${_p})
+    install(TARGETS ${_p} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}/assay)
+  endif()
+endforeach()
+install(FILES ${PROJECT_SOURCE_DIR}/kernels/plugin/assay_plugin.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/assay/kernels/plugin)
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/fixtures/ DESTINATION ${CMAKE_INSTALL_DATADIR}/assay/fixtures
+        FILES_MATCHING PATTERN "*.toml" PATTERN "gen" EXCLUDE PATTERN "tests" EXCLUDE)
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/golden/ DESTINATION ${CMAKE_INSTALL_DATADIR}/assay/golden
+        FILES_MATCHING PATTERN "*.h5" PATTERN "MANIFEST" PATTERN "SCHEMA.md")
+
+set(CPACK_PACKAGE_NAME assay)
+set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
+set(CPACK_PACKAGE_CONTACT "assay maintainers <assay@localhost>")
+set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "Reference oracles, goldens and a differential correctness gate for GPU kernels")
+set(CPACK_DEBIAN_PACKAGE_ARCHITECTURE amd64)
+# Debian 12 names of what bin/assay links (libhdf5_serial.so.103, libgomp; the CUDA runtime is static).
+set(CPACK_DEBIAN_PACKAGE_DEPENDS "libhdf5-103-1, libgomp1, libstdc++6, libc6")
+set(CPACK_DEBIAN_PACKAGE_SECTION devel)
+set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
+set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)  # assay_<version>_amd64.deb
+set(CPACK_STRIP_FILES ON)                # the binary without its debug info
+set(CPACK_GENERATOR DEB)
+include(CPack)
+
+# Install to a temporary prefix, move it, and run the moved copy from an unrelated directory: it
+# must find its own fixtures and goldens (cmake/InstallTest.cmake).
+add_test(NAME package.install
+         COMMAND ${CMAKE_COMMAND} -DBUILD=${PROJECT_BINARY_DIR} -DSRC=${PROJECT_SOURCE_DIR}
+                 -DWORK=${PROJECT_BINARY_DIR}/package-install -P ${PROJECT_SOURCE_DIR}/cmake/InstallTest.cmake)
+set_tests_properties(package.install PROPERTIES LABELS "cpu;L0" TIMEOUT 900)

@@ -52,10 +52,21 @@ def main(argv=None) -> int:
     c.add_argument("--quiet", action="store_true", help="do not print the verdict table")
     i = sub.add_parser("inspect", help="print a golden's case fields, inputs and outputs")
     i.add_argument("golden")
+    d = sub.add_parser("doctor", help="print the binary, fixtures and goldens a check will use; exit 1 if any is "
+                                      "missing or they do not belong together")
+    d.add_argument("--assay-bin", default=None, help="the assay binary (default $ASSAY_BIN, build/bin/assay, PATH)")
     a = p.parse_args(argv)
     try:
         if a.cmd == "inspect":
             return _inspect(a.golden)
+        if a.cmd == "doctor":
+            from .doctor import doctor
+            problems = doctor(a.assay_bin)
+            if problems:
+                print(f"assay: doctor: {problems[0]}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""),
+                      file=sys.stderr)
+                return 1
+            return 0
         if a.html and a.no_html:
             raise AssayError("--html and --no-html: say one")
         html = False if a.no_html else (a.html or True)

@@ -97,6 +97,17 @@ class CheckReport:
         return "\n".join(lines)
 
 
+def _installed_goldens(binary_getter):
+    """``<prefix>/share/assay/golden`` of an installed binary (``<prefix>/bin/assay``), else None: an
+    installed assay judges with the goldens it was installed with, not this checkout's."""
+    try:
+        exe = Path(binary_getter()).resolve()
+    except AssayError:
+        return None
+    d = exe.parent.parent / "share" / "assay" / "golden"
+    return d if d.is_dir() else None
+
+
 def _golden_dir(op: str, level: str, cases: str, golden_dir, binary_getter) -> Path:
     if golden_dir is not None:
         d = Path(golden_dir)
@@ -104,7 +115,7 @@ def _golden_dir(op: str, level: str, cases: str, golden_dir, binary_getter) -> P
             raise AssayError(f"golden_dir {d}: no such directory")
         return d
     if level == "L0":
-        root = Path(os.environ.get("ASSAY_GOLDEN_DIR") or repo_root() / "golden")
+        root = Path(os.environ.get("ASSAY_GOLDEN_DIR") or _installed_goldens(binary_getter) or repo_root() / "golden")
         d = root / op
         if not d.is_dir():
             ops = sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []

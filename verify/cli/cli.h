@@ -10,7 +10,7 @@ namespace assay::cli {
 
 struct Common {
   bool json = false;
-  std::string fixtures_dir;  // default: <source>/fixtures
+  std::string fixtures_dir;  // --fixtures; empty: found from the goldens (fixtures_for)
 };
 
 void add_gen(CLI::App& app, Common& common, int& rc);
@@ -37,7 +37,14 @@ int run_bisect_kernel(const std::string& kernel, const std::string& case_glob, c
                       const std::string& golden_dir, const std::string& work_dir, double timeout_s, BisectPairCli o,
                       const Common& common);
 
-std::string default_fixtures_dir();
+// The fixtures that judge (or generate) the goldens at `golden` (a golden file or a golden
+// directory), never the current directory's: --fixtures, else $ASSAY_FIXTURES, else the nearest
+// `fixtures/` holding *.toml beside an ancestor of `golden` (the repository's layout, golden/<op>/
+// <case>.h5 next to fixtures/, and the install's share/assay/{golden,fixtures}), else the installed
+// data (<exe>/../share/assay/fixtures), else the source tree this binary was built from.
+// InputError naming every place it looked when none exists.
+// With `op`, a fixtures/ folder counts only if it holds <op>.toml.
+std::string fixtures_for(const Common& common, const std::string& golden, const std::string& op = "");
 // Validators: a finite number >= 0 (tolerances), a finite number > 0 (timeouts). NaN and Inf fail.
 inline const CLI::Validator kFiniteNonNegative(
     [](std::string& s) -> std::string {
@@ -55,6 +62,8 @@ inline const CLI::Validator kFinitePositive(
       return {};
     },
     "FINITE>0");
-std::string default_golden_dir(const std::string& level);  // L0: <source>/golden, else <build>/golden-<level>
+// L0: $ASSAY_GOLDEN, else the installed data (<exe>/../share/assay/golden), else the source tree's
+// golden/ (InputError when none exists); L1/L2: <build>/golden-<level>.
+std::string default_golden_dir(const std::string& level);
 
 }  // namespace assay::cli

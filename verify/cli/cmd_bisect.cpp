@@ -36,7 +36,7 @@ int run_git(BisectCli& b, const Common& common) {
   o.good = b.args[0];
   o.bad = b.args[1];
   o.build_cmd.insert(o.build_cmd.begin(), b.args.begin() + 2, b.args.end());
-  o.fixtures_dir = common.fixtures_dir;
+  o.fixtures_dir = fixtures_for(common, o.golden_dir);
   if (o.assay_exe.empty()) o.assay_exe = "/proc/self/exe";
   const auto r = run_git_bisect(o);
   if (r.interrupted) {

@@ -19,13 +19,14 @@ namespace assay::cli {
 
 int run_bisect_pair(const std::string& golden, const std::string& candidate, const BisectPairCli& o, const Common& common) {
   const Golden g = read_golden(golden);
-  const auto stale = check_stale(g, o.no_fixture_check ? "" : common.fixtures_dir);
+  const std::string fixtures_dir = fixtures_for(common, golden, g.prov.op);
+  const auto stale = check_stale(g, o.no_fixture_check ? "" : fixtures_dir);
   if (stale.stale) {
     fmt::print("Stale      {}/{}: {}\n", g.prov.op, g.prov.case_name, stale.reason);
     return kExitInput;
   }
   TolerancePolicy policy;
-  if (const auto f = std::filesystem::path(common.fixtures_dir) / (g.prov.op + ".toml"); std::filesystem::exists(f))
+  if (const auto f = std::filesystem::path(fixtures_dir) / (g.prov.op + ".toml"); std::filesystem::exists(f))
     policy.add_file(f.string());
   const CandidateJudging how{o.profile, o.outputs, -1, -1};
   h5::probe_in_child(candidate, [&] { (void)bisect_candidate(g, policy, h5::File::open_read(candidate), how); });
@@ -51,7 +52,7 @@ int run_bisect_kernel(const std::string& kernel, const std::string& case_glob, c
   v.case_globs = {case_glob};
   v.plugins = plugins;
   v.golden_dir = golden_dir;
-  v.fixtures_dir = common.fixtures_dir;
+  v.fixtures_dir = fixtures_for(common, golden_dir);
   v.fixture_check = !o.no_fixture_check;
   v.timeout_s = timeout_s;
   v.runs = 1;

@@ -29,8 +29,8 @@ void add_calibrate(CLI::App& app, Common& common, int& rc) {
   s->add_option("--json-file", *json_file, "Also write the JSON report to this file");
   s->add_flag("-v,--verbose", *verbose, "Print the whole kill matrix");
   s->callback([o, json_file, verbose, &common, &rc] {
-    o->fixtures_dir = common.fixtures_dir;
     if (o->golden_dir.empty()) o->golden_dir = default_golden_dir("L0");
+    o->fixtures_dir = fixtures_for(common, o->golden_dir);
     if (!json_file->empty()) check_output_path(*json_file, "--json-file");  // before the work, not after
     const auto r = calibrate(*o);
     const auto j = calibration_json(r);

@@ -65,7 +65,7 @@ int run_compare_dirs(const CompareOpts& o, const Common& common) {
   d.golden_dir = o.golden_dir;
   d.candidate_dir = o.candidate_dir;
   d.case_globs = o.case_globs;
-  d.fixtures_dir = common.fixtures_dir;
+  d.fixtures_dir = fixtures_for(common, o.golden_dir);
   d.fixture_check = !o.no_fixture_check;
   d.work_dir = o.work_dir;
   d.name = o.name;
@@ -101,7 +101,8 @@ int run_compare(const CompareOpts& o, const Common& common) {
   if (!o.case_globs.empty() || !o.name.empty())
     throw InputError(fmt::format("compare: {} applies to --golden-dir only", o.case_globs.empty() ? "--name" : "--case"));
   const Golden g = read_golden(o.golden);
-  const auto stale = check_stale(g, o.no_fixture_check ? "" : common.fixtures_dir);
+  const std::string fixtures_dir = fixtures_for(common, o.golden, g.prov.op);
+  const auto stale = check_stale(g, o.no_fixture_check ? "" : fixtures_dir);
   nlohmann::json js{{"golden", o.golden}, {"candidate", o.candidate}, {"op", g.prov.op}, {"case", g.prov.case_name},
                     {"fixture_checked", !o.no_fixture_check}};
   RunReport rep;
@@ -109,7 +110,7 @@ int run_compare(const CompareOpts& o, const Common& common) {
   rep.assay_version = ASSAY_VERSION;
   rep.git_rev = ASSAY_GIT_REV;
   rep.golden_dir = std::filesystem::path(o.golden).parent_path().string();
-  rep.fixtures_dir = common.fixtures_dir;
+  rep.fixtures_dir = fixtures_dir;
   rep.fixture_checked = !o.no_fixture_check;
   if (stale.stale) {
     js["verdict"] = verdict_name(Verdict::Stale);
@@ -129,7 +130,7 @@ int run_compare(const CompareOpts& o, const Common& common) {
   }
   // Only this op's policy entries: another op's fixture file cannot break this comparison.
   TolerancePolicy policy;
-  if (const auto f = std::filesystem::path(common.fixtures_dir) / (g.prov.op + ".toml"); std::filesystem::exists(f))
+  if (const auto f = std::filesystem::path(fixtures_dir) / (g.prov.op + ".toml"); std::filesystem::exists(f))
     policy.add_file(f.string());
   // The candidate comes from anywhere: judge it once in a child first (h5::probe_in_child).
   const CandidateJudging how{o.profile, o.outputs, o.atol, o.rtol};

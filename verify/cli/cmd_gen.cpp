@@ -138,12 +138,14 @@ void write_manifest(const fs::path& p, const std::map<std::string, std::string>&
 int run_gen(const GenOpts& o, const Common& common) {
   if (o.level != "L0" && o.level != "L1" && o.level != "L2")
     throw InputError(fmt::format("--level: expected L0, L1 or L2 (got '{}')", o.level));
-  // Which fixture files.
+  // Which fixture files: beside the goldens being written or checked (fixtures_for).
+  const fs::path out = o.out.empty() ? fs::path(default_golden_dir(o.level)) : fs::path(o.out);
+  const std::string fixtures_dir = fixtures_for(common, out.string());
   std::vector<std::string> ops = o.ops;
   if (ops.empty()) {
     std::error_code ec;
-    if (!fs::is_directory(common.fixtures_dir, ec)) throw InputError(fmt::format("{}: no such fixtures directory", common.fixtures_dir));
-    for (const auto& de : fs::directory_iterator(common.fixtures_dir))
+    if (!fs::is_directory(fixtures_dir, ec)) throw InputError(fmt::format("{}: no such fixtures directory", fixtures_dir));
+    for (const auto& de : fs::directory_iterator(fixtures_dir))
       if (de.path().extension() == ".toml") ops.push_back(de.path().stem().string());
     std::sort(ops.begin(), ops.end());
   }
@@ -151,7 +153,7 @@ int run_gen(const GenOpts& o, const Common& common) {
   std::vector<Job> jobs;
   for (const auto& name : ops) {
     const auto* op = gen::find_op(name);
-    const auto path = (fs::path(common.fixtures_dir) / (name + ".toml")).string();
+    const auto path = (fs::path(fixtures_dir) / (name + ".toml")).string();
     if (!op) {
       std::string known;
       for (const auto& n : gen::op_names()) known += (known.empty() ? "" : ", ") + n;
@@ -166,7 +168,6 @@ int run_gen(const GenOpts& o, const Common& common) {
     for (const auto& j : jobs) std::cout << j.c->op << "/" << j.c->name << "  " << j.c->level << "\n";
     return kExitPass;
   }
-  const fs::path out = o.out.empty() ? fs::path(default_golden_dir(o.level)) : fs::path(o.out);
   if (!o.check) check_output_path((out / "MANIFEST").string(), "MANIFEST");  // before any golden is written
   const bool tty = isatty(fileno(stderr)) && !o.quiet && !common.json;
   int done = 0;
@@ -186,7 +187,7 @@ int run_gen(const GenOpts& o, const Common& common) {
   // Each op's tolerance policy: a golden whose own /rounded codes its strict rule rejects is never
   // written (check_rounded_accepted).
   std::map<std::string, TolerancePolicy> policies;
-  for (const auto& name : ops) policies[name].add_file((fs::path(common.fixtures_dir) / (name + ".toml")).string());
+  for (const auto& name : ops) policies[name].add_file((fs::path(fixtures_dir) / (name + ".toml")).string());
 
 #pragma omp parallel for schedule(dynamic, 1) num_threads(o.jobs > 0 ? o.jobs : omp_get_max_threads())
   for (int i = 0; i < n; ++i) {

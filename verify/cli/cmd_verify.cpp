@@ -41,8 +41,8 @@ struct VerifyCli {
 };
 
 int run_verify_cli(VerifyCli& v, const Common& common) {
-  v.o.fixtures_dir = common.fixtures_dir;
   if (v.o.golden_dir.empty()) v.o.golden_dir = default_golden_dir("L0");
+  v.o.fixtures_dir = fixtures_for(common, v.o.golden_dir);
   if (!v.o.shard.empty()) (void)Shard::parse(v.o.shard);  // also with --list: 0/0 is no shard
   for (const auto& [p, opt] : {std::pair{&v.json_file, "--json-file"}, {&v.junit_file, "--junit"}, {&v.html_file, "--html"}})
     if (!p->empty()) check_output_path(*p, opt);  // before any work, not after it

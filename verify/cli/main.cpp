@@ -19,18 +19,62 @@
 
 namespace assay::cli {
 
-std::string default_fixtures_dir() {
-  // $ASSAY_FIXTURES, else the source tree this binary was built from, else ./fixtures (a copy
-  // of the tree elsewhere, e.g. on a GPU machine).
-  if (const char* e = std::getenv("ASSAY_FIXTURES")) return e;
-  const std::string built = std::string(ASSAY_SOURCE_DIR) + "/fixtures";
-  return std::filesystem::is_directory(built) ? built : "fixtures";
+namespace {
+namespace fs = std::filesystem;
+// <exe>/../share/assay/<what> for an installed binary ("" when the executable cannot be found).
+std::string installed(const char* what) {
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) return {};
+  return (exe.parent_path().parent_path() / "share" / "assay" / what).string();
 }
+bool has_toml(const fs::path& d, const std::string& op) {
+  std::error_code ec;
+  if (!fs::is_directory(d, ec)) return false;
+  if (!op.empty()) return fs::is_regular_file(d / (op + ".toml"), ec);
+  for (const auto& de : fs::directory_iterator(d, ec))
+    if (de.path().extension() == ".toml") return true;
+  return false;
+}
+}  // namespace
+
+std::string fixtures_for(const Common& common, const std::string& golden, const std::string& op) {
+  if (!common.fixtures_dir.empty()) return common.fixtures_dir;
+  if (const char* e = std::getenv("ASSAY_FIXTURES"); e && *e) return e;
+  std::vector<std::string> looked;
+  std::error_code ec;
+  fs::path p = fs::absolute(golden.empty() ? fs::path(".") : fs::path(golden), ec);
+  if (!ec) {
+    p = p.lexically_normal();
+    if (!fs::is_directory(p, ec)) p = p.parent_path();
+    // golden/<op>/<case>.h5, golden/<op>, golden, <root>: four ancestors reach the data root.
+    for (int up = 0; up < 4 && !p.empty(); ++up, p = p.parent_path()) {
+      const fs::path f = p / "fixtures";
+      if (has_toml(f, op)) return f.string();
+      looked.push_back(f.string());
+      if (p == p.root_path()) break;
+    }
+  }
+  for (const std::string& f : {installed("fixtures"), std::string(ASSAY_SOURCE_DIR) + "/fixtures"}) {
+    if (f.empty()) continue;
+    if (has_toml(f, op)) return f;
+    looked.push_back(f);
+  }
+  std::string where;
+  for (const auto& l : looked) where += (where.empty() ? "" : ", ") + l;
+  throw InputError(fmt::format("{}: no fixtures found for these goldens (looked in {}); give --fixtures DIR or set "
+                               "$ASSAY_FIXTURES", golden.empty() ? "." : golden, where));
+}
+
 std::string default_golden_dir(const std::string& level) {
   if (level == "L0") {
-    if (const char* e = std::getenv("ASSAY_GOLDEN")) return e;
-    const std::string built = std::string(ASSAY_SOURCE_DIR) + "/golden";
-    return std::filesystem::is_directory(built) ? built : "golden";
+    if (const char* e = std::getenv("ASSAY_GOLDEN"); e && *e) return e;
+    std::error_code ec;
+    const std::string inst = installed("golden"), src = std::string(ASSAY_SOURCE_DIR) + "/golden";
+    if (!inst.empty() && fs::is_directory(inst, ec)) return inst;
+    if (fs::is_directory(src, ec)) return src;
+    throw InputError(fmt::format("no golden directory: neither {} nor {} exists; give --golden DIR or set $ASSAY_GOLDEN",
+                                 inst.empty() ? "<exe>/../share/assay/golden" : inst, src));
   }
   return std::string(ASSAY_BINARY_DIR) + "/golden-" + level;
 }
@@ -84,7 +128,6 @@ int main(int argc, char** argv) {
       ->transform(CLI::AsSizeValue(false))
       ->check(CLI::PositiveNumber);
   cli::Common common;
-  common.fixtures_dir = cli::default_fixtures_dir();
   int rc = kExitPass;
   cli::add_gen(app, common, rc);
   cli::add_inspect(app, common, rc);

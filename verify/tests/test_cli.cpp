@@ -609,3 +609,52 @@ TEST_CASE("HDF5 errors on worker threads print no library diagnostics, only our 
   CHECK(r.out.find("HDF5-DIAG") == std::string::npos);
   CHECK(r.out.find("#000") == std::string::npos);
 }
+
+TEST_CASE("fixtures are found beside the goldens being judged, never from the working directory (issue 36, item 1)",
+          "[cpu][L0]") {
+  // A copy of a golden with a fixture of its own beside it (data/golden/<op>/, data/fixtures/), whose
+  // tolerance is near zero: judged from an unrelated directory, the copy's fixture is the one used
+  // (the correct candidate is rejected by it); --fixtures still overrides. Before, the source tree's
+  // fixture judged every golden (or ./fixtures when the binary had moved) and this passed.
+  auto d = tmpdir("beside");
+  const fs::path data = d / "data";
+  fs::create_directories(data / "golden" / "scaled_add");
+  fs::create_directories(data / "fixtures");
+  const fs::path golden = data / "golden" / "scaled_add" / "normal_odd_shape.h5";
+  fs::copy_file(kGolden, golden);
+  auto text = slurp(fs::path(ASSAY_SOURCE_DIR) / "fixtures" / "scaled_add.toml");
+  // The golden's output is fp32 (judged by the fp32 default): an entry of the copy's own, 0.01 ulp.
+  text.insert(text.find("[[case]]"), "[[tolerance]]\noutput = \"out\"\ndtype = \"fp32\"\nrtol = 6e-10\nwhy = \"test\"\n\n");
+  std::ofstream(data / "fixtures" / "scaled_add.toml") << text;
+  const auto g = read_golden(kGolden);
+  write_candidate(d / "good.h5", g, [](double v, size_t) { return v; });
+  const std::string exe = ASSAY_EXE;
+  auto r = assay_test::run_shell("cd / && env -u ASSAY_FIXTURES " + exe + " compare " + golden.string() + " " +
+                                 (d / "good.h5").string() + " --json-file " + (d / "r.json").string());
+  INFO(r.out);
+  CHECK(r.code == 1);
+  CHECK_THAT(slurp(d / "r.json"), assay_test::Contains("\"fixtures_dir\": \"" + (data / "fixtures").string() + "\""));
+  fs::create_directories(d / "cands");
+  fs::copy_file(d / "good.h5", d / "cands" / "normal_odd_shape.h5");
+  auto rd = assay_test::run_shell("cd / && env -u ASSAY_FIXTURES " + exe + " compare --golden-dir " + (data / "golden" / "scaled_add").string() +
+                                  " --candidate-dir " + d.string() + "/cands --json-file " + (d / "rd.json").string());
+  INFO("golden-dir: " << rd.out);
+  CHECK(rd.code == 1);
+  CHECK_THAT(slurp(d / "rd.json"), assay_test::Contains("\"fixtures_dir\": \"" + (data / "fixtures").string() + "\""));
+  auto ro = assay_test::run_shell("cd / && " + exe + " compare --fixtures " + std::string(ASSAY_SOURCE_DIR) + "/fixtures " +
+                                  golden.string() + " " + (d / "good.h5").string());
+  INFO(ro.out);
+  CHECK(ro.code == 0);
+  // gen --check of the copy from an unrelated directory uses the fixture beside it too (its MANIFEST
+  // line copied with it).
+  {
+    std::istringstream manifest(slurp(fs::path(ASSAY_SOURCE_DIR) / "golden" / "MANIFEST"));
+    std::ofstream m(data / "golden" / "MANIFEST");
+    for (std::string line; std::getline(manifest, line);)
+      if (line.rfind("scaled_add/normal_odd_shape.h5 ", 0) == 0) m << line << "\n";
+  }
+  auto rg = assay_test::run_shell("cd / && env -u ASSAY_FIXTURES " + exe + " gen --check -q --op scaled_add --case normal_odd_shape --out " +
+                                  (data / "golden").string());
+  INFO(rg.out);
+  CHECK(rg.code == 0);
+}
