@@ -143,8 +143,17 @@ RunReport compare_dirs(const CompareDirOptions& o) {
         const auto et = read_small_text(err.string(), kErrorCap);
         const std::string& text = et.text;
         const std::string first = text.substr(0, text.find('\n'));
-        // "Hung: ..." is what assay.check writes for a kernel killed at its --timeout.
+        // "Hung: ..." is what assay.check writes for a kernel killed at its --timeout;
+        // "NotSupported: why" for a kernel that declined the case (raise assay.NotSupported).
         if (first.rfind("Hung:", 0) == 0) cr.verdict = Verdict::Hung;
+        if (first.rfind("NotSupported:", 0) == 0) {
+          cr.verdict = Verdict::NotSupported;
+          const size_t b = first.find_first_not_of(' ', 13);
+          cr.reason = b == std::string::npos ? std::string("declined by the kernel") : first.substr(b);
+          cr.findings.clear();
+          done();
+          continue;
+        }
         cr.reason = "the candidate's producer failed: " + (text.empty() ? std::string("(empty ") + err.string() + ")" : first);
         cr.log_tail = runner_detail::tail_text(text, 6000, 40);
         if (et.truncated) cr.findings.push_back(fmt::format("error file: only its first {} bytes were read", kErrorCap));

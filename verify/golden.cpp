@@ -391,19 +391,13 @@ static Golden read_golden_here(const std::string& path) {
       if (f.info(rd).shape != e.shape) throw InputError(fmt::format("{}: {}: shape differs from {}", path, rd, ds));
       o.rounded = f.read_u64(rd);
     }
-    if (f.exists("/bounds/" + n)) {
-      const std::string bd = "/bounds/" + n;
+    for (const auto& [grp, b] : {std::pair{"/bounds/", &o.bound}, std::pair{"/bounds2/", &o.bound2}}) {
+      const std::string bd = grp + n;
+      if (!f.exists(bd)) continue;
       const auto binf = f.info(bd);
       if (binf.shape != e.shape) throw InputError(fmt::format("{}: {}: shape differs from {}", path, bd, ds));
       if (!binf.is_float) throw InputError(fmt::format("{}: {}: bounds must be float32 (or float64)", path, bd));
-      o.bound = f.read_f64(bd);
-    }
-    if (f.exists("/bounds2/" + n)) {
-      const std::string bd = "/bounds2/" + n;
-      const auto binf = f.info(bd);
-      if (binf.shape != e.shape) throw InputError(fmt::format("{}: {}: shape differs from {}", path, bd, ds));
-      if (!binf.is_float) throw InputError(fmt::format("{}: {}: bounds must be float32 (or float64)", path, bd));
-      o.bound2 = f.read_f64(bd);
+      *b = f.read_f64(bd);
     }
     for (const char* grp : {"/allowed_mask/", "/alt/"}) {
       const std::string ad = grp + n;

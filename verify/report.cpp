@@ -1,5 +1,6 @@
 #include "verify/report.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -40,6 +41,50 @@ nlohmann::json tensor_json(const TensorReport& r) {
   return j;
 }
 
+double worst_ratio(const CaseResult& c) {
+  double w = -1;
+  for (const auto& t : c.tensors) w = std::max(w, t.max_ratio);
+  return w;
+}
+
+std::vector<KernelSummary> kernel_summaries(const RunReport& r) {
+  std::vector<KernelSummary> ks;
+  for (const auto& c : r.cases) {
+    auto it = std::find_if(ks.begin(), ks.end(), [&](const KernelSummary& k) { return k.kernel == c.kernel; });
+    if (it == ks.end()) it = ks.insert(ks.end(), KernelSummary{c.kernel});
+    switch (c.verdict) {
+      case Verdict::Passed: {
+        ++it->passed;
+        const double w = worst_ratio(c);
+        if (w > it->closest_pass) it->closest_pass = w, it->closest_case = c.op + "/" + c.case_name;
+        break;
+      }
+      case Verdict::Incorrect: ++it->incorrect; break;
+      case Verdict::Failed: ++it->failed; break;
+      case Verdict::Hung: ++it->hung; break;
+      case Verdict::Stale: ++it->stale; break;
+      case Verdict::NotSupported: ++it->not_supported; break;
+      case Verdict::NotRun: ++it->not_run; break;
+    }
+  }
+  std::stable_sort(ks.begin(), ks.end(), [](const KernelSummary& a, const KernelSummary& b) {
+    return a.bad() != b.bad() ? a.bad() : a.kernel < b.kernel;
+  });
+  return ks;
+}
+
+std::vector<std::pair<std::string, int>> not_supported_by_reason(const RunReport& r) {
+  std::vector<std::pair<std::string, int>> v;
+  for (const auto& c : r.cases) {
+    if (c.verdict != Verdict::NotSupported) continue;
+    auto it = std::find_if(v.begin(), v.end(), [&](const auto& p) { return p.first == c.reason; });
+    if (it == v.end()) v.emplace_back(c.reason, 1);
+    else ++it->second;
+  }
+  std::stable_sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  return v;
+}
+
 nlohmann::json to_json(const RunReport& r) {
   nlohmann::json j{{"tool", r.tool},          {"assay_version", r.assay_version}, {"git_rev", r.git_rev},
                    {"device", r.device},      {"device_error", r.device_error},   {"shard", r.shard},
@@ -51,6 +96,16 @@ nlohmann::json to_json(const RunReport& r) {
                  Verdict::NotRun})
     counts[std::string(verdict_name(v))] = r.count(v);
   j["counts"] = counts;
+  // The run at a glance: per kernel (failures first) and the NotSupported pairs by reason.
+  nlohmann::json kj = nlohmann::json::array();
+  for (const auto& k : kernel_summaries(r))
+    kj.push_back({{"kernel", k.kernel}, {"Passed", k.passed}, {"Incorrect", k.incorrect}, {"Failed", k.failed},
+                  {"Hung", k.hung}, {"Stale", k.stale}, {"NotSupported", k.not_supported}, {"NotRun", k.not_run},
+                  {"closest_pass", finite_or_null(k.closest_pass < 0 ? NAN : k.closest_pass)},
+                  {"closest_pass_case", k.closest_case}});
+  nlohmann::json nj = nlohmann::json::array();
+  for (const auto& [reason, n] : not_supported_by_reason(r)) nj.push_back({{"reason", reason}, {"pairs", n}});
+  j["summary"] = {{"kernels", kj}, {"not_supported_by_reason", nj}};
   j["notes"] = r.notes;
   j["cases"] = nlohmann::json::array();
   for (const auto& c : r.cases) {
@@ -179,6 +234,18 @@ void print_console(const RunReport& r, bool verbose) {
     }
   }
   for (const auto& n : r.notes) fmt::print("note: {}\n", printable(n));
+  // The run at a glance, last: one line per kernel, failures first.
+  for (const auto& k : kernel_summaries(r)) {
+    std::string counts;
+    const std::pair<int, const char*> parts[] = {{k.passed, "Passed"}, {k.incorrect, "Incorrect"}, {k.failed, "Failed"},
+                                                 {k.hung, "Hung"},     {k.stale, "Stale"},         {k.not_supported, "NotSupported"},
+                                                 {k.not_run, "NotRun"}};
+    for (const auto& [n, what] : parts)
+      if (n) counts += fmt::format("{}{} {}", counts.empty() ? "" : ", ", n, what);
+    fmt::print("{} {}: {}{}\n", k.bad() ? "FAIL" : "ok  ", printable(k.kernel, 200), counts,
+               k.closest_pass >= 0 ? fmt::format("; closest pass {:.3g} of allowed ({})", k.closest_pass, printable(k.closest_case, 200))
+                                   : std::string());
+  }
   fmt::print("{} cases: {} Passed, {} Incorrect, {} Failed, {} Hung, {} NotSupported, {} Stale, {} NotRun ({:.1f} s)\n",
              r.cases.size(), r.count(Verdict::Passed), r.count(Verdict::Incorrect), r.count(Verdict::Failed),
              r.count(Verdict::Hung), r.count(Verdict::NotSupported), r.count(Verdict::Stale), r.count(Verdict::NotRun), r.wall_s);

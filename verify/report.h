@@ -47,6 +47,21 @@ struct RunReport {
   int count(Verdict v) const;
 };
 
+// The run at a glance (the HTML matrix, the JSON "summary", the console's last lines).
+// worst_ratio: the largest error / allowed over a case's tensors (-1 without tensors).
+double worst_ratio(const CaseResult& c);
+struct KernelSummary {
+  std::string kernel;
+  int passed = 0, incorrect = 0, failed = 0, hung = 0, stale = 0, not_supported = 0, not_run = 0;
+  double closest_pass = -1;   // the largest worst_ratio among its Passed cases (how close to the limit)
+  std::string closest_case;   // op/case of closest_pass
+  bool bad() const { return incorrect + failed + hung + stale > 0; }
+};
+// One per kernel: kernels with an Incorrect / Failed / Hung / Stale case first, then by name.
+std::vector<KernelSummary> kernel_summaries(const RunReport& r);
+// NotSupported pairs grouped by reason, the most frequent first: (reason, pairs).
+std::vector<std::pair<std::string, int>> not_supported_by_reason(const RunReport& r);
+
 nlohmann::json to_json(const RunReport& r);
 // One tensor's comparison (metrics, verdict, the tolerance entry and profile), as in the reports.
 nlohmann::json tensor_json(const TensorReport& r);

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <map>
 
 #include <fmt/format.h>
 
@@ -198,10 +199,87 @@ std::string short_reason(const std::string& r) {
   return s;
 }
 
-double worst_ratio(const CaseResult& c) {
-  double w = -1;
-  for (const auto& t : c.tensors) w = std::max(w, t.max_ratio);
-  return w;
+// A Passed cell: green far inside the tolerance, amber at its limit (log scale from 1e-4 to 1).
+std::string pass_color(double r) {
+  const double t = r <= 0 ? 0.0 : std::clamp((std::log10(r) + 4) / 4, 0.0, 1.0);
+  auto mix = [t](int a, int b) { return static_cast<int>(std::lround(a + (b - a) * t)); };
+  return fmt::format("#{:02x}{:02x}{:02x}", mix(0x8f, 0xf2), mix(0xd1, 0xc1), mix(0x9e, 0x4e));
+}
+
+bool is_bad(Verdict v) { return v == Verdict::Incorrect || v == Verdict::Failed || v == Verdict::Hung || v == Verdict::Stale; }
+
+// The kernel x case matrix: rows = kernels (failures first), columns = the cases some kernel ran
+// (failures first); a cell's colour is its verdict, a Passed or Incorrect cell's shade its worst
+// error / allowed (color()); NotSupported is a dot. Every cell says its numbers on hover (title),
+// and a failing one links to its section. No script.
+std::string matrix(const RunReport& r) {
+  const auto ks = kernel_summaries(r);
+  std::vector<std::string> cases;
+  std::map<std::string, bool> case_bad;
+  std::map<std::pair<std::string, std::string>, size_t> cell;  // (kernel, op/case) -> index in r.cases
+  for (size_t k = 0; k < r.cases.size(); ++k) {
+    const auto& c = r.cases[k];
+    const std::string id = c.op + "/" + c.case_name;
+    cell[{c.kernel, id}] = k;
+    if (c.verdict == Verdict::NotSupported) continue;
+    if (!case_bad.count(id)) cases.push_back(id);
+    case_bad[id] = case_bad[id] || is_bad(c.verdict);
+  }
+  if (cases.empty()) return {};
+  std::stable_sort(cases.begin(), cases.end(), [&](const std::string& a, const std::string& b) {
+    return case_bad[a] != case_bad[b] ? case_bad[a] : a < b;
+  });
+  std::string s = "<h2>Kernels &times; cases</h2>\n<p class=\"meta\">colour: the verdict; shade: the worst error / allowed "
+                  "(Passed: green far inside, amber at the limit; Incorrect: orange to dark red, black for a code or NaN/Inf "
+                  "mismatch); "
+                  "&middot; NotSupported (listed below by reason). Failures first; hover a cell for its numbers, click a "
+                  "failing one for its section.</p>\n<div class=\"mx\"><table id=\"matrix\"><thead><tr><th></th>";
+  for (const auto& c : cases) s += fmt::format("<th class=\"col\"><span>{}</span></th>", esc(c));
+  s += "</tr></thead>\n<tbody>\n";
+  for (const auto& k : ks) {
+    s += fmt::format("<tr class=\"{}\"><th>{} <span class=\"dim\">{}/{}</span></th>", k.bad() ? "bad" : "ok", esc(k.kernel),
+                     k.passed, k.passed + k.incorrect + k.failed + k.hung + k.stale + k.not_run);
+    for (const auto& id : cases) {
+      const auto it = cell.find({k.kernel, id});
+      if (it == cell.end()) {
+        s += "<td class=\"c none\" title=\"not in this run\"></td>";
+        continue;
+      }
+      const auto& c = r.cases[it->second];
+      const double w = worst_ratio(c);
+      std::string bg;
+      if (c.verdict == Verdict::Passed) bg = fmt::format(" style=\"background:{}\"", pass_color(w));
+      if (c.verdict == Verdict::Incorrect) bg = fmt::format(" style=\"background:{}\"", color(std::max(w, 0.0)));
+      const std::string title = fmt::format("{} &middot; {}: {}{}", esc(k.kernel), esc(id), verdict_name(c.verdict),
+                                            w >= 0 ? ", worst " + ratio_str(w) + " allowed" : std::string());
+      const char* mark = c.verdict == Verdict::NotSupported ? "&middot;" : c.verdict == Verdict::Failed ? "F"
+                         : c.verdict == Verdict::Hung ? "H" : c.verdict == Verdict::Stale ? "S" : c.verdict == Verdict::NotRun ? "?" : "";
+      s += is_bad(c.verdict)
+               ? fmt::format("<td class=\"c {}\"{} title=\"{}\"><a href=\"#case-{}\">{}</a></td>", verdict_class(c.verdict), bg,
+                             title, it->second, mark)
+               : fmt::format("<td class=\"c {}\"{} title=\"{}\">{}</td>", verdict_class(c.verdict), bg, title, mark);
+    }
+    s += "</tr>\n";
+  }
+  return s + "</tbody></table></div>\n";
+}
+
+// NotSupported pairs, collapsed (<details>), grouped by reason.
+std::string not_supported(const RunReport& r) {
+  const auto by = not_supported_by_reason(r);
+  if (by.empty()) return {};
+  std::string s = fmt::format("<details id=\"not-supported\"><summary>{} NotSupported pairs, {} reason{}</summary>\n"
+                              "<table id=\"ns\"><tr><th>pairs</th><th>reason</th><th>kernel &middot; case (first 8)</th></tr>\n",
+                              r.count(Verdict::NotSupported), by.size(), by.size() == 1 ? "" : "s");
+  for (const auto& [reason, n] : by) {
+    std::string who;
+    int shown = 0;
+    for (const auto& c : r.cases)
+      if (c.verdict == Verdict::NotSupported && c.reason == reason && shown++ < 8)
+        who += fmt::format("{}{} &middot; {}", who.empty() ? "" : "; ", esc(c.kernel), esc(c.op + "/" + c.case_name));
+    s += fmt::format("<tr><td>{}</td><td>{}</td><td class=\"dim\">{}{}</td></tr>\n", n, esc(reason), who, n > 8 ? "; ..." : "");
+  }
+  return s + "</table></details>\n";
 }
 
 // Plots are drawn for the first kMaxPlotted failing tensors of a report (each heatmap is up to 64 x 64
@@ -255,7 +333,15 @@ table{border-collapse:collapse}#verdicts td,#verdicts th{border-bottom:1px solid
 .v.stale{background:#fde9b8;color:#7a5200}.v.skip{background:#e6e6e6;color:#555}.summary{font-family:ui-monospace,monospace;font-size:12px;color:#333}
 pre{background:#f6f6f6;padding:8px;overflow:auto;font-size:12px}figure{margin:8px 0 14px}figcaption{font-size:12px;color:#555;margin-bottom:2px}
 svg text.tick{font-size:10px;fill:#555}svg text.label{font-size:11px;fill:#333}.passing-list{color:#333}
-.chip{margin-right:10px}#margins td{padding:1px 12px 1px 0})";
+.chip{margin-right:10px}#margins td{padding:1px 12px 1px 0}
+.mx{overflow:auto;max-height:640px;border:1px solid #e3e3e3;margin:6px 0 10px}#matrix{border-collapse:separate;border-spacing:1px}
+#matrix th{font-weight:600;font-size:12px;text-align:left;white-space:nowrap;padding:0 6px 0 0;background:#fff;position:sticky;left:0}
+#matrix thead th{position:sticky;top:0;vertical-align:bottom;height:150px}#matrix th.col{padding:0}
+#matrix th.col span{writing-mode:vertical-rl;transform:rotate(180deg);font-weight:normal;font-size:11px;white-space:nowrap}
+#matrix td.c{width:13px;height:13px;min-width:13px;padding:0;text-align:center;font-size:9px;line-height:13px;color:#fff}
+#matrix td.c a{color:#fff;text-decoration:none;display:block}#matrix td.failed{background:#5c1010}#matrix td.stale{background:#e0a800}
+#matrix td.skip{background:#f4f4f4;color:#999}#matrix td.none{background:#fff}#matrix tr.bad th{color:#8a1c10}
+#not-supported{margin:6px 0 14px}#ns td,#ns th{padding:1px 10px 1px 0;text-align:left;vertical-align:top;font-size:13px})";
 
 }  // namespace
 
@@ -279,9 +365,18 @@ std::string to_html(const RunReport& r) {
     if (r.count(v)) s += fmt::format("<span class=\"chip\"><span class=\"v {}\">{}</span> {}</span>", verdict_class(v), verdict_name(v), r.count(v));
   s += fmt::format("<span class=\"chip\">exit code {}</span></p>\n", r.exit_code());
   for (const auto& n : r.notes) s += fmt::format("<p class=\"meta\">note: {}</p>\n", esc(n));
+  s += matrix(r);
+  s += not_supported(r);
   s += "<table id=\"verdicts\">\n<thead><tr><th>verdict</th><th>kernel</th><th>case</th><th>profile</th>"
        "<th>worst error / allowed</th><th>reason</th></tr></thead>\n<tbody>\n";
-  for (size_t k = 0; k < r.cases.size(); ++k) {
+  // Failures first; NotSupported pairs are in the collapsed list above.
+  std::vector<size_t> order;
+  for (size_t k = 0; k < r.cases.size(); ++k)
+    if (r.cases[k].verdict != Verdict::NotSupported) order.push_back(k);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return r.cases[a].verdict != Verdict::Passed && r.cases[b].verdict == Verdict::Passed;
+  });
+  for (const size_t k : order) {
     const auto& c = r.cases[k];
     const bool detail = c.verdict != Verdict::Passed && c.verdict != Verdict::NotSupported;
     const double w = worst_ratio(c);

@@ -9,10 +9,10 @@
 """
 from . import candidate, dtypes, errors, golden
 from .check import CheckReport, check
-from .errors import AssayError
+from .errors import AssayError, NotSupported
 from .golden import Golden, OutputSpec
 from .golden import open  # noqa: A004 (assay.open is the documented entry point)
 
-__all__ = ["AssayError", "CheckReport", "Golden", "OutputSpec", "candidate", "check", "dtypes", "errors", "golden",
+__all__ = ["AssayError", "NotSupported", "CheckReport", "Golden", "OutputSpec", "candidate", "check", "dtypes", "errors", "golden",
            "open"]
 __version__ = "0.1.0"

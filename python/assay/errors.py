@@ -2,6 +2,12 @@
 """Errors of the assay Python package."""
 
 
+class NotSupported(Exception):
+    """Raised by a kernel for a golden it cannot express (a dtype, layout or option it does not
+    implement): the case is NotSupported with this message as its reason, not Failed, as a built-in
+    kernel's ``can_implement`` refusal is. Decide from the golden's case fields, never from its name."""
+
+
 class AssayError(ValueError):
     """A bad file, dataset, option or argument, said in one line that names it.
 

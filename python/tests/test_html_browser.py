@@ -120,3 +120,45 @@ def test_failing_report_renders_plots_in_chromium(tmp_path):
     assert non_white > 0.05, f"screenshot nearly blank: {non_white:.3f} of pixels not white"
     red = np.sum((px[..., 0] > 170) & (px[..., 1] < 110) & (px[..., 2] < 90))
     assert red > 200, f"no mismatch reds in the plots ({red} pixels)"
+
+
+def _matrix_run(tmp):
+    """scaled_add goldens judged as one kernel: a correct candidate, a planted failure (one element
+    doubled), and a case the kernel declines (raise assay.NotSupported: a <case>.error)."""
+    golden = REPO / "golden" / "scaled_add"
+    cand = tmp / "cands"
+    cand.mkdir()
+    names = sorted(p.stem for p in golden.glob("*.h5"))
+    for i, case in enumerate(names[:2]):
+        with h5py.File(golden / f"{case}.h5", "r") as g, h5py.File(cand / f"{case}.h5", "w") as c:
+            for name, ds in g["expected"].items():
+                dt = ds.attrs["dtype"]
+                dt = dt.decode() if isinstance(dt, bytes) else str(dt)
+                a = ds[()].astype({"bf16": ml_dtypes.bfloat16, "fp16": np.float16}.get(dt, np.float32)).astype(np.float32)
+                if i == 1:
+                    a.flat[a.size // 2] *= 2
+                c[f"outputs/{name}"] = a
+    (cand / f"{names[2]}.error").write_text("NotSupported: fp32 outputs only (raised by demo:kernel)\n")
+    return golden, cand, names
+
+
+@pytest.mark.skipif(BROWSER is None, reason="no chromium (scripts/setup --browser installs it)")
+def test_report_matrix_renders_in_chromium(tmp_path):
+    golden, cand, names = _matrix_run(tmp_path)
+    html = tmp_path / "matrix.html"
+    r = subprocess.run([_assay_bin(), "compare", "--golden-dir", str(golden), "--candidate-dir", str(cand), "--name", "demo",
+                        "--html", str(html)], capture_output=True, text=True)
+    assert r.returncode == 1, r.stdout + r.stderr  # one Incorrect case
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1000,700"]
+    dom = subprocess.run([BROWSER, *flags, "--dump-dom", html.as_uri()], capture_output=True, text=True, timeout=60).stdout
+    assert '<table id="matrix">' in dom and '<details id="not-supported">' in dom
+    assert f"demo · scaled_add/{names[1]}: Incorrect" in dom  # the failing cell's title
+    assert f"demo · scaled_add/{names[0]}: Passed" in dom
+    assert "1 NotSupported pairs, 1 reason" in dom and "fp32 outputs only" in dom
+    assert dom.index('id="matrix"') < dom.index('id="verdicts"')  # the picture first
+    shot = Path(os.environ.get("ASSAY_HTML_MATRIX_SHOT") or tmp_path / "matrix.png")
+    subprocess.run([BROWSER, *flags, f"--screenshot={shot}", html.as_uri()], capture_output=True, timeout=60, check=True)
+    px = _read_png(shot)[..., :3]
+    assert np.mean(np.any(px < 235, axis=-1)) > 0.02, "screenshot nearly blank"
+    # The Incorrect cell's red (an error 2x its allowance and more: orange to dark red).
+    assert np.sum((px[..., 0] > 120) & (px[..., 1] < 100) & (px[..., 2] < 60)) > 20

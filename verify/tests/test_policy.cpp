@@ -77,6 +77,18 @@ std::vector<double> perfect_candidate(const Output& o, bool exact) {
 }
 }  // namespace
 
+namespace {
+// fn(op, golden path, golden) for every committed golden.
+template <class F>
+void for_each_committed_golden(F&& fn) {
+  for (const auto& opdir : fs::directory_iterator(kGolden)) {
+    if (!opdir.is_directory()) continue;
+    for (const auto& f : fs::directory_iterator(opdir.path()))
+      if (f.path().extension() == ".h5") fn(opdir.path().filename().string(), f.path(), read_golden(f.path().string()));
+  }
+}
+}  // namespace
+
 TEST_CASE("profiles: lookup by (output, dtype, profile), strict as the fallback, unknown profiles refused", "[cpu][L0]") {
   TmpDir d("lookup");
   write(d.p / "demo.toml", kProfiled);
@@ -154,40 +166,34 @@ TEST_CASE("committed policy: no profile entry is tighter than strict, and what s
   // Every output of every committed golden: a candidate at 0.9 of strict's allowance on every
   // element passes strict and every profile of the op.
   int64_t judged = 0;
-  for (const auto& opdir : fs::directory_iterator(kGolden)) {
-    if (!opdir.is_directory()) continue;
-    const std::string op = opdir.path().filename().string();
-    for (const auto& f : fs::directory_iterator(opdir.path())) {
-      if (f.path().extension() != ".h5") continue;
-      const Golden g = read_golden(f.path().string());
-      for (const auto& o : g.outputs) {
-        const Tolerance st = policy.lookup(op, o.expected.name, o.expected.dtype);
-        if (st.exact || st.period > 0 || !info(o.expected.dtype).is_float) continue;
-        std::vector<double> cand(o.expected.data.size());
-        bool representable = true;
-        for (size_t i = 0; i < cand.size(); ++i) {
-          const double e = o.expected.data[i];
-          if (!std::isfinite(e)) { cand[i] = e; continue; }
-          const double b = o.bound && st.bound_k > 0 ? st.bound_k * (*o.bound)[i] : 0.0;
-          const double allowed = st.atol + st.rtol * std::fabs(e) + b;
-          // Stored in the output dtype; where that rounding leaves 0.9 of the allowance, the stored e.
-          double a = round_to(o.expected.dtype, e + 0.9 * allowed);
-          if (!(std::fabs(a - e) <= 0.9 * allowed)) a = round_to(o.expected.dtype, e);
-          cand[i] = a;
-          representable = representable && std::isfinite(a);
-        }
-        if (!representable) continue;
-        const auto rs = compare_with_policy(policy, op, o, cand);
-        if (rs.verdict != Verdict::Passed) continue;  // a never-pass rule (a constant output, say)
-        for (const auto& prof : policy.profiles(op)) {
-          const auto r = compare_with_policy(policy, op, o, cand, prof);
-          INFO(f.path().string() << " output " << o.expected.name << " profile " << prof << ": " << r.summary());
-          CHECK(r.verdict == Verdict::Passed);
-          ++judged;
-        }
+  for_each_committed_golden([&](const std::string& op, const fs::path& path, const Golden& g) {
+    for (const auto& o : g.outputs) {
+      const Tolerance st = policy.lookup(op, o.expected.name, o.expected.dtype);
+      if (st.exact || st.period > 0 || !info(o.expected.dtype).is_float) continue;
+      std::vector<double> cand(o.expected.data.size());
+      bool representable = true;
+      for (size_t i = 0; i < cand.size(); ++i) {
+        const double e = o.expected.data[i];
+        if (!std::isfinite(e)) { cand[i] = e; continue; }
+        const double b = o.bound && st.bound_k > 0 ? st.bound_k * (*o.bound)[i] : 0.0;
+        const double allowed = st.atol + st.rtol * std::fabs(e) + b;
+        // Stored in the output dtype; where that rounding leaves 0.9 of the allowance, the stored e.
+        double a = round_to(o.expected.dtype, e + 0.9 * allowed);
+        if (!(std::fabs(a - e) <= 0.9 * allowed)) a = round_to(o.expected.dtype, e);
+        cand[i] = a;
+        representable = representable && std::isfinite(a);
+      }
+      if (!representable) continue;
+      const auto rs = compare_with_policy(policy, op, o, cand);
+      if (rs.verdict != Verdict::Passed) continue;  // a never-pass rule (a constant output, say)
+      for (const auto& prof : policy.profiles(op)) {
+        const auto r = compare_with_policy(policy, op, o, cand, prof);
+        INFO(path.string() << " output " << o.expected.name << " profile " << prof << ": " << r.summary());
+        CHECK(r.verdict == Verdict::Passed);
+        ++judged;
       }
     }
-  }
+  });
   CHECK(judged > 300);
 }
 
@@ -299,41 +305,35 @@ TEST_CASE("every committed golden: a perfect candidate passes under the real pol
   // atol, and a +inf bound with bound_k = 0 made allowed = NaN (the golden failed itself).
   TolerancePolicy policy = TolerancePolicy::load(kFixtures);
   int64_t checked = 0;
-  for (const auto& opdir : fs::directory_iterator(kGolden)) {
-    if (!opdir.is_directory()) continue;
-    const std::string op = opdir.path().filename().string();
-    for (const auto& f : fs::directory_iterator(opdir.path())) {
-      if (f.path().extension() != ".h5") continue;
-      const Golden g = read_golden(f.path().string());
-      for (const auto& o : g.outputs) {
-        const auto cand = perfect_candidate(o, policy.lookup(op, o.expected.name, o.expected.dtype).exact);
-        for (const auto& prof : policy.profiles(op)) {
-          const auto r = compare_with_policy(policy, op, o, perfect_candidate(o, policy.lookup(op, o.expected.name, o.expected.dtype, prof).exact), prof);
-          INFO(f.path().string() << " output " << o.expected.name << " profile " << prof << ": " << r.summary());
-          CHECK(r.verdict == Verdict::Passed);
-        }
-        // Halve the smallest non-zero finite element.
-        size_t k = cand.size();
-        for (size_t i = 0; i < cand.size(); ++i)
-          if (std::isfinite(cand[i]) && cand[i] != 0 && (k == cand.size() || std::fabs(cand[i]) < std::fabs(cand[k]))) k = i;
-        if (k == cand.size() || !info(o.expected.dtype).is_float) continue;
-        const Tolerance tol = policy.lookup(op, o.expected.name, o.expected.dtype);
-        const double e = o.expected.data[k];
-        // An explicit entry's atol is part of its derivation (its `why`); a per-dtype default's is not.
-        const double derived = tol.rtol * std::fabs(e) + (o.bound && tol.bound_k > 0 ? tol.bound_k * (*o.bound)[k] : 0.0) +
-                               (tol.is_default() ? 0.0 : tol.atol);
-        if (derived >= 0.5 * std::fabs(e) || tol.max_mismatch > 0) continue;  // the derivation itself allows it
-        auto wrong = cand;
-        wrong[k] = round_to(o.expected.dtype, 0.5 * cand[k]);
-        if (wrong[k] == cand[k]) continue;  // a subnormal that halving cannot change in this dtype
-        const auto r = compare_tensor(o, wrong, tol);
-        INFO(f.path().string() << " output " << o.expected.name << " halved at " << o.expected.index_str(static_cast<int64_t>(k))
-                               << " (" << cand[k] << " -> " << wrong[k] << "): " << r.summary() << " [" << tol.source << "]");
-        CHECK(r.verdict == Verdict::Incorrect);
-        ++checked;
+  for_each_committed_golden([&](const std::string& op, const fs::path& path, const Golden& g) {
+    for (const auto& o : g.outputs) {
+      const auto cand = perfect_candidate(o, policy.lookup(op, o.expected.name, o.expected.dtype).exact);
+      for (const auto& prof : policy.profiles(op)) {
+        const auto r = compare_with_policy(policy, op, o, perfect_candidate(o, policy.lookup(op, o.expected.name, o.expected.dtype, prof).exact), prof);
+        INFO(path.string() << " output " << o.expected.name << " profile " << prof << ": " << r.summary());
+        CHECK(r.verdict == Verdict::Passed);
       }
+      // Halve the smallest non-zero finite element.
+      size_t k = cand.size();
+      for (size_t i = 0; i < cand.size(); ++i)
+        if (std::isfinite(cand[i]) && cand[i] != 0 && (k == cand.size() || std::fabs(cand[i]) < std::fabs(cand[k]))) k = i;
+      if (k == cand.size() || !info(o.expected.dtype).is_float) continue;
+      const Tolerance tol = policy.lookup(op, o.expected.name, o.expected.dtype);
+      const double e = o.expected.data[k];
+      // An explicit entry's atol is part of its derivation (its `why`); a per-dtype default's is not.
+      const double derived = tol.rtol * std::fabs(e) + (o.bound && tol.bound_k > 0 ? tol.bound_k * (*o.bound)[k] : 0.0) +
+                             (tol.is_default() ? 0.0 : tol.atol);
+      if (derived >= 0.5 * std::fabs(e) || tol.max_mismatch > 0) continue;  // the derivation itself allows it
+      auto wrong = cand;
+      wrong[k] = round_to(o.expected.dtype, 0.5 * cand[k]);
+      if (wrong[k] == cand[k]) continue;  // a subnormal that halving cannot change in this dtype
+      const auto r = compare_tensor(o, wrong, tol);
+      INFO(path.string() << " output " << o.expected.name << " halved at " << o.expected.index_str(static_cast<int64_t>(k))
+                             << " (" << cand[k] << " -> " << wrong[k] << "): " << r.summary() << " [" << tol.source << "]");
+      CHECK(r.verdict == Verdict::Incorrect);
+      ++checked;
     }
-  }
+  });
   CHECK(checked > 100);
 }
 

@@ -406,3 +406,47 @@ TEST_CASE("assay verify without a usable GPU: NotRun, exit 125, said clearly", "
   auto t = run("sanitize --tool leakcheck");
   CHECK(t.code == 2);
 }
+
+TEST_CASE("the report opens with a kernel x case matrix; NotSupported pairs collapse by reason (issue 36, item 4)",
+          "[cpu][L0]") {
+  RunReport r;
+  auto add = [&](const std::string& kernel, const std::string& cs, Verdict v, const std::string& reason, double ratio) {
+    CaseResult c;
+    c.kernel = kernel, c.op = "scaled_add", c.case_name = cs, c.verdict = v, c.reason = reason;
+    if (ratio >= 0) {
+      TensorReport t;
+      t.name = "out", t.max_ratio = ratio, t.verdict = ratio <= 1 ? Verdict::Passed : Verdict::Incorrect;
+      c.tensors.push_back(t);
+    }
+    r.cases.push_back(c);
+  };
+  add("alpha_kernel", "a_case", Verdict::Passed, "ok", 0.25);
+  add("alpha_kernel", "b_case", Verdict::Passed, "ok", 0.5);
+  add("alpha_kernel", "z_case", Verdict::NotSupported, "fp32 inputs only", -1);
+  add("zeta_kernel", "a_case", Verdict::Passed, "ok", 0.1);
+  add("zeta_kernel", "b_case", Verdict::Incorrect, "'out': 3 mismatches", 40);
+  add("zeta_kernel", "z_case", Verdict::NotSupported, "fp32 inputs only", -1);
+  add("zeta_kernel", "y_case", Verdict::NotSupported, "no varlen", -1);
+  const auto h = to_html(r);
+  const auto m = h.find("<table id=\"matrix\">"), v = h.find("<table id=\"verdicts\">");
+  REQUIRE(m != std::string::npos);
+  CHECK(m < v);  // the picture first
+  // The failing kernel's row first, the failing case's column first.
+  CHECK(h.find("<tr class=\"bad\"><th>zeta_kernel", m) < h.find("<tr class=\"ok\"><th>alpha_kernel", m));
+  CHECK(h.find("<span>scaled_add/b_case</span>", m) < h.find("<span>scaled_add/a_case</span>", m));
+  CHECK(h.find("<span>scaled_add/z_case</span>") == std::string::npos);  // nobody ran it: only in the list
+  CHECK_THAT(h, assay_test::Contains("title=\"zeta_kernel &middot; scaled_add/b_case: Incorrect, worst 40\u00d7 allowed\""));
+  CHECK_THAT(h, assay_test::Contains("<details id=\"not-supported\"><summary>3 NotSupported pairs, 2 reasons</summary>"));
+  CHECK_THAT(h, assay_test::Contains("<tr><td>2</td><td>fp32 inputs only</td>"));
+  // The verdict table lists failures first and no NotSupported rows.
+  const auto bad_row = h.find("<tr class=\"incorrect\">", v), pass_row = h.find("<tr class=\"pass\">", v);
+  CHECK(bad_row < pass_row);
+  CHECK(h.find("<tr class=\"skip\">", v) == std::string::npos);
+  // The same summary in the JSON.
+  const auto j = to_json(r);
+  REQUIRE(j["summary"]["kernels"].size() == 2);
+  CHECK(j["summary"]["kernels"][0]["kernel"] == "zeta_kernel");
+  CHECK(j["summary"]["kernels"][0]["Incorrect"] == 1);
+  CHECK(j["summary"]["kernels"][1]["closest_pass"] == 0.5);
+  CHECK(j["summary"]["not_supported_by_reason"][0]["pairs"] == 2);
+}
