@@ -115,6 +115,19 @@ RunReport compare_dirs(const CompareDirOptions& o) {
       g = std::make_unique<Golden>(read_golden(gp.string()));
       cr.op = g->prov.op;
       cr.case_name = g->prov.case_name;
+    } catch (const std::exception& e) {
+      cr.verdict = Verdict::Stale;
+      cr.reason = std::string("unreadable golden: ") + e.what();
+      done();
+      continue;
+    }
+    // No fixture for this golden's op: a usage error naming where it looked, never a Stale case or a
+    // candidate judged with the per-dtype defaults.
+    if (const auto f = fs::path(o.fixtures_dir) / (g->prov.op + ".toml"); !o.fixtures_dir.empty() && !fs::exists(f))
+      throw InputError(fmt::format("{}: no fixture for op '{}' of {} (the fixtures found for {}); give --fixtures DIR or set "
+                                   "$ASSAY_FIXTURES",
+                                   f.string(), g->prov.op, gp.string(), o.golden_dir));
+    try {
       const auto st = check_stale(*g, o.fixture_check ? o.fixtures_dir : "");
       if (st.stale) {
         cr.verdict = Verdict::Stale;

@@ -132,7 +132,13 @@ RunReport run_verify(const VerifyOptions& o) {
     for (const auto& it : items) ops.insert(it.op);
     for (const auto& op : ops) {
       const auto f = fs::path(o.fixtures_dir) / (op + ".toml");
-      if (!o.fixtures_dir.empty() && fs::exists(f)) policy.add_file(f.string());
+      // No fixture for an op being judged: a usage error naming where it looked, never a Stale case
+      // or a run judged with the per-dtype defaults.
+      if (!o.fixtures_dir.empty() && !fs::exists(f))
+        throw InputError(fmt::format("{}: no fixture for op '{}' (the fixtures found for the goldens in {}); give --fixtures DIR "
+                                     "or set $ASSAY_FIXTURES",
+                                     f.string(), op, o.golden_dir));
+      if (!o.fixtures_dir.empty()) policy.add_file(f.string());
     }
     // A kernel that declares a profile its op does not have is a usage error, said before any run.
     for (const auto& it : items)

@@ -39,8 +39,15 @@ bool has_toml(const fs::path& d, const std::string& op) {
 }  // namespace
 
 std::string fixtures_for(const Common& common, const std::string& golden, const std::string& op) {
-  if (!common.fixtures_dir.empty()) return common.fixtures_dir;
-  if (const char* e = std::getenv("ASSAY_FIXTURES"); e && *e) return e;
+  const char* env = std::getenv("ASSAY_FIXTURES");
+  if (!common.fixtures_dir.empty() || (env && *env)) {
+    const std::string d = !common.fixtures_dir.empty() ? common.fixtures_dir : env;
+    if (!op.empty() && !has_toml(d, op))
+      throw InputError(fmt::format("{}: no fixture for op '{}' ({} given by {}); the golden {} cannot be judged without it",
+                                   (fs::path(d) / (op + ".toml")).string(), op, d,
+                                   common.fixtures_dir.empty() ? "$ASSAY_FIXTURES" : "--fixtures", golden));
+    return d;
+  }
   std::vector<std::string> looked;
   std::error_code ec;
   fs::path p = fs::absolute(golden.empty() ? fs::path(".") : fs::path(golden), ec);

@@ -645,6 +645,17 @@ TEST_CASE("fixtures are found beside the goldens being judged, never from the wo
                                   golden.string() + " " + (d / "good.h5").string());
   INFO(ro.out);
   CHECK(ro.code == 0);
+  // Fixtures without this op's file: one line naming it, exit 2, not a Stale case.
+  fs::create_directories(d / "nofx");
+  std::ofstream(d / "nofx" / "other.toml") << "op = \"other\"\n";
+  for (const std::string& mode : {golden.string() + " " + (d / "good.h5").string(),
+                                  "--golden-dir " + (data / "golden" / "scaled_add").string() + " --candidate-dir " + (d / "cands").string()}) {
+    auto rn = assay_test::run_shell("cd / && " + exe + " compare --fixtures " + (d / "nofx").string() + " " + mode);
+    INFO(rn.out);
+    CHECK(rn.code == 2);
+    CHECK_THAT(rn.out, assay_test::Contains("no fixture for op 'scaled_add'"));
+    CHECK_THAT(rn.out, !assay_test::Contains("Stale"));
+  }
   // gen --check of the copy from an unrelated directory uses the fixture beside it too (its MANIFEST
   // line copied with it).
   {
