@@ -198,9 +198,7 @@ RunReport compare_dirs(const CompareDirOptions& o) {
     }
     auto& pol = policies[g->prov.op];
     if (!pol) {
-      pol = std::make_shared<TolerancePolicy>();
-      if (const auto f = fs::path(o.fixtures_dir) / (g->prov.op + ".toml"); !o.fixtures_dir.empty() && fs::exists(f))
-        pol->add_file(f.string());
+      pol = std::make_shared<TolerancePolicy>(TolerancePolicy::for_ops(o.fixtures_dir, {g->prov.op}));
       // A profile the op does not declare is a usage error of the whole run, not one case's.
       if (!o.how.profile.empty()) pol->require_profile(g->prov.op, o.how.profile, "--profile");
     }

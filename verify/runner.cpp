@@ -130,16 +130,9 @@ RunReport run_verify(const VerifyOptions& o) {
   {
     std::set<std::string> ops;
     for (const auto& it : items) ops.insert(it.op);
-    for (const auto& op : ops) {
-      const auto f = fs::path(o.fixtures_dir) / (op + ".toml");
-      // No fixture for an op being judged: a usage error naming where it looked, never a Stale case
-      // or a run judged with the per-dtype defaults.
-      if (!o.fixtures_dir.empty() && !fs::exists(f))
-        throw InputError(fmt::format("{}: no fixture for op '{}' (the fixtures found for the goldens in {}); give --fixtures DIR "
-                                     "or set $ASSAY_FIXTURES",
-                                     f.string(), op, o.golden_dir));
-      if (!o.fixtures_dir.empty()) policy.add_file(f.string());
-    }
+    // No fixture for an op being judged: a usage error naming it, never a Stale case or a run judged
+    // with the per-dtype defaults.
+    policy = TolerancePolicy::for_ops(o.fixtures_dir, std::vector<std::string>(ops.begin(), ops.end()));
     // A kernel that declares a profile its op does not have is a usage error, said before any run.
     for (const auto& it : items)
       policy.require_profile(it.op, it.kernel->profile, fmt::format("kernel '{}' ({})", it.kernel->name, it.kernel->source));

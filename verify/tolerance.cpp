@@ -139,6 +139,21 @@ TolerancePolicy TolerancePolicy::load(const std::string& dir) {
   return p;
 }
 
+TolerancePolicy TolerancePolicy::for_ops(const std::string& fixtures_dir, const std::vector<std::string>& ops) {
+  TolerancePolicy p;
+  if (fixtures_dir.empty()) return p;
+  for (const auto& op : ops) {
+    const auto f = std::filesystem::path(fixtures_dir) / (op + ".toml");
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(f, ec))
+      throw InputError(fmt::format("{}: no fixture for op '{}'; give --fixtures DIR or set $ASSAY_FIXTURES", f.string(), op));
+    if (std::none_of(p.profiles_.begin(), p.profiles_.end(), [&](const Profile& x) { return x.op == op; }) &&
+        std::none_of(p.entries_.begin(), p.entries_.end(), [&](const Entry& e) { return e.op == op; }))
+      p.add_file(f.string());
+  }
+  return p;
+}
+
 bool TolerancePolicy::has_profile(std::string_view op, std::string_view profile) const {
   return profile == kStrictProfile || find_profile(op, profile) != nullptr;
 }

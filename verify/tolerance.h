@@ -69,6 +69,11 @@ class TolerancePolicy {
   };
   // Reads the [[tolerance]] tables of every fixtures/<op>.toml in `dir` (missing dir: defaults).
   static TolerancePolicy load(const std::string& fixtures_dir);
+  // THE way a run gets the policy that judges `ops`: their fixtures' [profiles] and [[tolerance]]
+  // tables only (another op's half-edited fixture cannot break the run). InputError naming the path
+  // when a <fixtures_dir>/<op>.toml does not exist; an empty fixtures_dir gives the per-dtype
+  // defaults only (library callers that judge without fixtures).
+  static TolerancePolicy for_ops(const std::string& fixtures_dir, const std::vector<std::string>& ops);
   // Reads one fixture file's [profiles] and [[tolerance]] tables.
   void add_file(const std::string& path);
   // Throws InputError if `profile` is neither "strict" nor declared by the op's fixture.

@@ -25,9 +25,7 @@ int run_bisect_pair(const std::string& golden, const std::string& candidate, con
     fmt::print("Stale      {}/{}: {}\n", g.prov.op, g.prov.case_name, stale.reason);
     return kExitInput;
   }
-  TolerancePolicy policy;
-  if (const auto f = std::filesystem::path(fixtures_dir) / (g.prov.op + ".toml"); std::filesystem::exists(f))
-    policy.add_file(f.string());
+  const TolerancePolicy policy = TolerancePolicy::for_ops(fixtures_dir, {g.prov.op});
   const CandidateJudging how{o.profile, o.outputs, -1, -1};
   h5::probe_in_child(candidate, [&] { (void)bisect_candidate(g, policy, h5::File::open_read(candidate), how); });
   auto r = bisect_candidate(g, policy, h5::File::open_read(candidate), how);

@@ -129,9 +129,7 @@ int run_compare(const CompareOpts& o, const Common& common) {
     return exit_code(Verdict::Stale);
   }
   // Only this op's policy entries: another op's fixture file cannot break this comparison.
-  TolerancePolicy policy;
-  if (const auto f = std::filesystem::path(fixtures_dir) / (g.prov.op + ".toml"); std::filesystem::exists(f))
-    policy.add_file(f.string());
+  const TolerancePolicy policy = TolerancePolicy::for_ops(fixtures_dir, {g.prov.op});
   // The candidate comes from anywhere: judge it once in a child first (h5::probe_in_child).
   const CandidateJudging how{o.profile, o.outputs, o.atol, o.rtol};
   h5::probe_in_child(o.candidate, [&] { (void)judge_candidate(g, policy, h5::File::open_read(o.candidate), how); });
