@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """The conformance run: upstream kernels judged by assay, each under the profile its own code implies.
 
-    scripts/conformance [--only GLOB]... [--out DIR] [--docs docs/conformance.md] [--list] [--readme]
+    scripts/conformance [--only GLOB]... [--skip GLOB]... [--out DIR] [--docs docs/conformance.md] [--save-rows F.json]
+    scripts/conformance --docs docs/conformance.md --docs-from A.json B.json   # runs split over processes
+    scripts/conformance --list | --readme
 
 For every upstream of conformance/upstreams/*.py (see conformance/upstream.py), this picks the L0
 goldens of its op that it claims (from each golden's resolved case fields), runs it on each with
-`assay.check` (one child process per upstream case, as `python -m assay check` does, so a crash or a
-hang is that case's verdict) and compares each verdict with conformance/expected.toml:
+`assay.check` (in this process: the upstream's compiled kernels stay cached from case to case) and
+compares each verdict with conformance/expected.toml:
 
   - a case that is not Passed must be listed there for that upstream, with its verdict and a named
     cause (an upstream defect or convention, with a link where one exists);
@@ -17,7 +19,8 @@ hang is that case's verdict) and compares each verdict with conformance/expected
 Exit 0 when every upstream ran and every verdict is as expected; 1 on an unexplained non-pass or a
 listed one that now passes; 3 when everything that ran was as expected but some upstream did not
 run. `--docs FILE` writes the table (upstream, version, op, profile, cases, passed, expected
-non-pass, causes) as markdown. `--list` runs nothing: it prints each upstream's claims and checks
+non-pass, causes) as markdown; `--save-rows F.json` keeps the run's table rows, and `--docs-from`
+writes the table from the rows of several runs that together cover every upstream once. `--list` runs nothing: it prints each upstream's claims and checks
 expected.toml against them (exit 1 on a stale entry). `--readme` rewrites README.md's "Upstream
 behaviours" table from expected.toml's [[behaviour]] rows.
 """
@@ -26,6 +29,7 @@ import fnmatch
 import glob
 import importlib
 import importlib.metadata
+import json
 import os
 import pkgutil
 import platform
@@ -146,20 +150,39 @@ def dist_version(dist):
 
 
 def one_autotune_config():
-    """Triton autotuners keep only their first config (no benchmarking per shape): the kernel still
-    runs one of its own configurations, as a user's autotuned run does, at a fraction of the time
-    (mamba_ssm's SSD autotuning took 546 s for 9 cases on an H100). Applied before any upstream
-    module is imported (the decorators run at import). False when Triton is missing."""
+    """Triton autotuners run the first of their configs that fits this GPU, with no benchmarking per
+    shape: the kernel still runs one of its own configurations, as a user's autotuned run does (which
+    also skips a config that does not fit: the autotuner scores an OutOfResources config as never
+    fastest), at a fraction of the time (mamba_ssm's SSD autotuning took 546 s for 9 cases on an
+    H100). Applied before any upstream module is imported (the decorators run at import). False when
+    Triton is missing."""
     try:
         from triton.runtime import autotuner
     except Exception:  # noqa: BLE001
         return False
-    orig = autotuner.Autotuner.__init__
+    try:
+        from triton.runtime.errors import OutOfResources
+    except Exception:  # noqa: BLE001
+        OutOfResources = getattr(autotuner, "OutOfResources", None)
+    orig_init, orig_run = autotuner.Autotuner.__init__, autotuner.Autotuner.run
 
     def init(self, fn, arg_names, configs, *args, **kwargs):
-        orig(self, fn, arg_names, list(configs)[:1], *args, **kwargs)
+        configs = list(configs)
+        orig_init(self, fn, arg_names, configs[:1], *args, **kwargs)
+        self._assay_next_configs = configs[1:]
 
-    autotuner.Autotuner.__init__ = init
+    def run(self, *args, **kwargs):
+        while True:
+            try:
+                return orig_run(self, *args, **kwargs)
+            except Exception as e:  # noqa: BLE001
+                rest = getattr(self, "_assay_next_configs", [])
+                if OutOfResources is None or not isinstance(e, OutOfResources) or not rest:
+                    raise
+                self.configs = [rest.pop(0)]  # this config does not fit: the next one, as autotuning would
+                getattr(self, "cache", {}).clear()
+
+    autotuner.Autotuner.__init__, autotuner.Autotuner.run = init, run
     return True
 
 
@@ -207,12 +230,45 @@ def tensor_lines(case_json):
     return lines
 
 
+def judge(row, listed, problems, not_run):
+    """Fills row's passed / expected / not_run from row["verdicts"] ({case: [verdict, reason]}) and
+    the upstream's expected.toml entries; appends the unexplained ones to problems. Returns the
+    lines to print. The live run and --docs-from judge the same way."""
+    row["passed"], row["expected"], row["not_run"] = 0, [], []
+    lines = []
+    for c, (v, reason) in row["verdicts"].items():
+        e = listed.get(c)
+        if v == "Failed" and "Unavailable:" in reason:  # the upstream refused this machine for this case
+            not_run.append(f"{row['upstream']} {c}: {reason}")
+            row["not_run"].append((c, reason))
+            lines.append(f"   NOT RUN: {c}: {reason}")
+            continue
+        if v == "Passed":
+            row["passed"] += 1
+            if e:
+                problems.append(f"{row['upstream']} {c}: Passed, but expected.toml lists it as {e['verdict']} "
+                                f"({e['cause']}): retire the entry")
+            continue
+        if e and e["verdict"] == v:
+            row["expected"].append((c, v, e))
+            lines.append(f"   expected {v}: {c} ({e['kind']}: {e['cause'][:100]})")
+            continue
+        problems.append(f"{row['upstream']} {c}: {v}" + (f" (expected.toml says {e['verdict']})" if e else
+                                                          " (not in expected.toml)") + f": {reason}")
+        lines.append(f"   UNEXPECTED {v}: {c}: {reason}")
+    return lines
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--only", action="append", default=[], help="upstream name glob (repeatable)")
+    ap.add_argument("--skip", action="append", default=[], help="upstream name glob to leave out (repeatable)")
     ap.add_argument("--out", default=os.path.join(REPO, "build", "conformance"))
     ap.add_argument("--golden", default=os.path.join(REPO, "golden"))
     ap.add_argument("--docs", help="write the markdown table here (e.g. docs/conformance.md)")
+    ap.add_argument("--save-rows", metavar="FILE", help="write this run's table rows as JSON (for --docs-from)")
+    ap.add_argument("--docs-from", nargs="+", metavar="FILE",
+                    help="run nothing: write --docs from the --save-rows files of runs covering every upstream once")
     ap.add_argument("--list", action="store_true", help="list the upstreams and their claims, run nothing")
     ap.add_argument("--one-config", action="store_true",
                     help="Triton autotuners keep their first config only (saves minutes of autotuning on a GPU)")
@@ -229,10 +285,13 @@ def main(argv=None):
         print(f"README.md: {len(behaviours)} upstream behaviours written")
         return 0
 
+    if args.docs_from:
+        return docs_from(args.docs_from, args.docs, args.golden)
     if args.one_config and not args.list:
         print(f"--one-config: {'Triton autotuners keep their first config' if one_autotune_config() else 'no Triton here'}")
     everything = load_upstreams()
-    ups = [u for u in everything if not args.only or any(fnmatch.fnmatch(u.name, g) for g in args.only)]
+    ups = [u for u in everything if (not args.only or any(fnmatch.fnmatch(u.name, g) for g in args.only))
+           and not any(fnmatch.fnmatch(u.name, g) for g in args.skip)]
     expected = load_expected()
     known = {u.name for u in everything}
     stray = sorted({k[0] for k in expected if k[0] not in known})
@@ -274,34 +333,21 @@ def main(argv=None):
             traceback.print_exc()
             continue
         row["seconds"] = time.perf_counter() - t0
-        for c in cases:
-            v, reason, cj = res.get(c, ("no verdict", "", {}))
-            e = listed.get(c)
-            if v == "Failed" and "Unavailable:" in reason:  # the upstream refused this machine for this case
-                not_run.append(f"{u.name} {c}: {reason}")
-                row["not_run"] = row.get("not_run", 0) + 1
-                print(f"   NOT RUN: {c}: {reason}")
-                continue
-            if v == "Passed":
-                row["passed"] += 1
-                if e:
-                    problems.append(f"{u.name} {c}: Passed, but expected.toml lists it as {e['verdict']} "
-                                    f"({e['cause']}): retire the entry")
-                continue
-            if e and e["verdict"] == v:
-                row["expected"].append((c, v, e))
-                print(f"   expected {v}: {c} ({e['kind']}: {e['cause'][:100]})")
-                continue
-            problems.append(f"{u.name} {c}: {v}" + (f" (expected.toml says {e['verdict']})" if e else " (not in expected.toml)")
-                            + f": {reason}")
-            print(f"   UNEXPECTED {v}: {c}: {reason}")
-            for ln in tensor_lines(cj):
-                print(f"      {ln}")
+        row["verdicts"] = {c: list(res.get(c, ("no verdict", "", {}))[:2]) for c in cases}
+        for ln in judge(row, listed, problems, not_run):
+            print(ln)
+            case = ln.split(":")[1].strip() if ln.startswith("   UNEXPECTED") else None
+            for tl in tensor_lines(res.get(case, (None, None, {}))[2]) if case else ():
+                print(f"      {tl}")
         print(f"   {row['passed']} passed, {len(row['expected'])} expected non-pass, "
-              f"{row['claimed'] - row['passed'] - len(row['expected'])} unexpected; {row['seconds']:.1f} s; "
-              f"report {rep.json_path}", flush=True)
-    if args.docs:
-        write_docs(args.docs, rows, expected, args.one_config)
+              f"{row['claimed'] - row['passed'] - len(row['expected']) - len(row.get('not_run', []))} unexpected; "
+              f"{row['seconds']:.1f} s; report {rep.json_path}", flush=True)
+    if args.docs or args.save_rows:
+        meta = run_meta(args.one_config)
+        if args.save_rows:
+            _write_atomic(args.save_rows, json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+        if args.docs:
+            write_docs(args.docs, rows, meta)
     if args.list:
         for p in problems:
             print(f"PROBLEM: {p}")
@@ -322,26 +368,122 @@ def main(argv=None):
     return 0
 
 
-def write_docs(path, rows, expected, one_config=False):
+def run_meta(one_config):
     import torch  # the run needs it anyway; recorded for the table
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
+    return {"machine": f"{gpu}, torch {torch.__version__}, Python {platform.python_version()}", "one_config": one_config}
+
+
+def _write_atomic(path, text):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def docs_from(files, docs, golden_root):
+    """--docs-from: one table from the saved rows of runs that together cover every upstream exactly
+    once. The saved per-case verdicts are judged again against today's claims (a case an upstream no
+    longer claims moves to "cannot express"; a newly claimed case that has no verdict is a problem:
+    run it) and today's expected.toml, exactly as a live run judges them."""
+    if not docs:
+        print("--docs-from needs --docs FILE", file=sys.stderr)
+        return 2
+    import assay
+    rows, metas = [], []
+    for f in files:
+        try:
+            with open(f) as fh:
+                d = json.load(fh)
+            metas.append(d["meta"])
+            for r in d["rows"]:
+                if r["status"] == "ran" and not isinstance(r.get("verdicts"), dict):
+                    raise KeyError(f"row {r.get('upstream')}: no per-case verdicts")
+            rows += d["rows"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            print(f"{f}: not a --save-rows file: {e}", file=sys.stderr)
+            return 2
+    ups = {u.name: u for u in load_upstreams()}
+    names = [r["upstream"] for r in rows]
+    missing = [n for n in ups if n not in names]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    stray = sorted(set(names) - set(ups))
+    if missing or dup or stray:
+        print(f"--docs-from: the runs must cover every upstream once: missing {missing}, twice {dup}, unknown {stray}",
+              file=sys.stderr)
+        return 2
+    if len({m["machine"] for m in metas}) != 1 or len({m["one_config"] for m in metas}) != 1:
+        print(f"--docs-from: the runs were made on different machines or settings: {metas}", file=sys.stderr)
+        return 2
+    expected = load_expected()
+    problems, not_run = [], []
+    for r in rows:
+        u = ups[r["upstream"]]
+        r.update(profile=u.profile, why=u.profile_why)
+        listed = {c: e for (n, c), e in expected.items() if n == u.name}
+        if r["status"] != "ran":
+            for c in sorted(listed):
+                problems.append(f"{u.name} {c}: listed in expected.toml, but the upstream did not run ({r['status']})")
+            continue
+        cases, skipped = claimed(assay, u, golden_root)
+        for c in cases:
+            if c not in r["verdicts"]:
+                problems.append(f"{u.name} {c}: claimed, but the saved run has no verdict for it: run it")
+        r["verdicts"] = {c: r["verdicts"][c] for c in cases if c in r["verdicts"]}
+        r.update(claimed=len(cases), total=len(cases) + len(skipped), skipped=skipped)
+        for c in sorted(set(listed) - set(cases)):
+            problems.append(f"{u.name} {c}: listed in expected.toml but not claimed (or no such golden)")
+        judge(r, listed, problems, not_run)
+    for p in problems:
+        print(f"PROBLEM: {p}")
+    if problems:
+        print(f"--docs-from: {len(problems)} problem(s); {docs} not written")
+        return 1
+    order = {n: i for i, n in enumerate(ups)}
+    write_docs(docs, sorted(rows, key=lambda r: order[r["upstream"]]), metas[0],
+               sources=sorted(os.path.relpath(os.path.abspath(f), REPO) for f in files))
+    print(f"{docs}: {len(rows)} upstreams from {len(files)} runs; every verdict as expected"
+          + (f"; {len(not_run)} not run" if not_run else ""))
+    return 0
+
+
+def status_cell(r):
+    nr = r.get("not_run") or []
+    if not nr:
+        return r["status"]
+    return f"{r['status']}; {len(nr)} case(s) not run (see below)"
+
+
+def write_docs(path, rows, meta, sources=()):
     L = ["# Conformance: upstream kernels under assay", "",
-         "Generated by `scripts/conformance --docs docs/conformance.md` (conformance/run.py); do not edit by hand.",
-         f"Machine: {gpu}, torch {torch.__version__}, Python {platform.python_version()}"
-         + ("; Triton autotuners kept their first config (--one-config)." if one_config else "."), "",
+         "Generated by conformance/run.py (`scripts/conformance --docs docs/conformance.md`, or `--docs-from` over",
+         "the `--save-rows` files of runs split across processes); do not edit by hand."]
+    if sources:
+        L.append("Judged from the saved verdicts of " + ", ".join(f"`{s}`" for s in sources) + " against today's "
+                 "claims and `conformance/expected.toml`.")
+    L += [f"Machine: {meta['machine']}"
+          + ("; Triton autotuners ran the first of their configs that fits (--one-config)." if meta["one_config"] else "."), "",
          "Each upstream kernel runs on every L0 golden of its op that it can express, under the precision profile",
          "its own code implies. A case that does not pass is listed in `conformance/expected.toml` with its",
-         "cause; the run fails on any other non-pass and on a listed case that passes.", "",
+         "cause; the run fails on any other non-pass and on a listed case that passes. A case or upstream that",
+         "could not run on this machine is reported as not run, never as passed.", "",
          "| upstream | version | op | profile | cases | passed | expected non-pass | status |",
          "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         L.append(f"| `{r['upstream']}` | {r['version']} | {r['op']} | {r['profile']} | {r['claimed']} of {r['total']} | "
-                 f"{r['passed']} | {len(r['expected'])} | {r['status']} |")
+                 f"{r['passed']} | {len(r['expected'])} | {status_cell(r)} |")
     L += ["", "## Expected non-passes", "", "| upstream | case | verdict | kind | cause |", "|---|---|---|---|---|"]
     for r in rows:
         for c, v, e in r["expected"]:
             link = f" ({e['link']})" if e.get("link") else ""
             L.append(f"| `{r['upstream']}` | `{r['op']}/{c}` | {v} | {e['kind']} | {e['cause']}{link} |")
+    not_run = [(r, c, why) for r in rows for c, why in (r.get("not_run") or [])]
+    not_run += [(r, "(every case)", r["status"][len("not run: "):]) for r in rows if r["status"].startswith("not run")]
+    if not_run:
+        L += ["", "## Not run on this machine", "", "| upstream | case | why |", "|---|---|---|"]
+        for r, c, why in not_run:
+            where = c if c.startswith("(") else f"`{r['op']}/{c}`"
+            L.append(f"| `{r['upstream']}` | {where} | {why} |")
     L += ["", "## Why each upstream runs under its profile", ""]
     for r in rows:
         L.append(f"- `{r['upstream']}` ({r['profile']}): {r['why']}")
@@ -352,10 +494,7 @@ def write_docs(path, rows, expected, one_config=False):
             for c, w in r["skipped"]:
                 why.setdefault(w, []).append(c)
             L.append(f"- `{r['upstream']}`: " + "; ".join(f"{w} ({len(cs)})" for w, cs in why.items()))
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write("\n".join(L) + "\n")
-    os.replace(tmp, path)
+    _write_atomic(path, "\n".join(L) + "\n")
 
 
 if __name__ == "__main__":

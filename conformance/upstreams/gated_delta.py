@@ -15,8 +15,11 @@ sequences included: judging them is the point), decode mode (the same recurrence
 The chunk kernel runs at the case's chunk_size when fla takes it (16, 32, 64), else at its 64.
 fla's dispatcher would route chunk_gated_delta_rule to FlashQLA (a separate TileLang package) where
 that is installed; `env` pins the Triton path these profiles were read from (FLA_FLASH_QLA=0).
-fla 0.6.0 refuses its gated chunk backward on Hopper with Triton >= 3.4.0, < 3.7.1 (fla #640): that
-refusal is raised as Unavailable (not run), never as a failure.
+fla 0.6.0 refuses its gated chunk backward on Hopper with Triton >= 3.4.0, < 3.7.1 (fla #640) unless
+TileLang is installed, as its message advises: then its TileLang backend computes the gated
+chunk_bwd_dqkwg (fla/ops/common/backends/tilelang; the only fla op it takes over here, so the
+forward is the Triton path either way). scripts/conformance --fetch-tilelang brings TileLang; without
+it the refusal is raised as Unavailable (not run), never as a failure.
 
 transformers (Qwen3-Next's pure torch fallbacks, `transformers.models.qwen3_next.modeling_qwen3_next`):
 - `transformers.qwen3_next.torch_chunk_gated_delta_rule` (chunked, torch.linalg.solve_triangular) and

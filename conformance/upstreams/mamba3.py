@@ -66,6 +66,14 @@ def mimo_supports(case, golden):
         return False, "adjacent pairs: the TileLang kernel rotates (i, i + N/2) pairs"
     if int(case.get("chunk_size", 8)) < 8:
         return False, "chunk_size < 8 (mamba3_mimo asserts chunk_size >= 8)"
+    # mamba3_mimo.py warns "has not been tested" outside these values, notes that (16, 32) and
+    # (256, 128) can fail to compile, and that it is "prone to ... Tilelang compilation error" away
+    # from the tested combinations: cases outside them are outside the kernel's stated domain.
+    N, P, R = int(case["N"]), int(case["P"]), int(case.get("R", 1))
+    if N not in (16, 32, 64, 128, 256) or P not in (32, 64, 128) or R not in (1, 2, 4, 8):
+        return False, "headdim_qk / headdim_v / mimo_rank outside mamba3_mimo's tested values (N 16-256, P 32/64/128, R 1/2/4/8)"
+    if (N, P) in ((16, 32), (256, 128)):
+        return False, f"(headdim_qk, headdim_v) = ({N}, {P}): mamba3_mimo notes it can fail to compile"
     if case.get("backward", False) and any(n in golden.inputs for n in ("dfinal_angle", "dfinal_ssm", "dfinal_k", "dfinal_v")):
         return False, "final-state gradients: mamba3_mimo marks its final states non-differentiable"
     return True, ""

@@ -1,6 +1,7 @@
 # The conformance harness without a GPU: its upstream table, its expected non-passes and the README
 # table generated from them. The run itself needs a GPU machine (scripts/conformance).
 import importlib
+import json
 import os
 import subprocess
 import sys
@@ -58,3 +59,91 @@ def test_readme_upstream_table_is_generated_from_expected_toml():
         if not b["shown_by"].startswith("no upstream"):
             for n in b["shown_by"].split(","):
                 assert n.strip() in known, f"{b['case']}: shown_by {n.strip()} is no conformance upstream"
+
+
+RESULTS = sorted(str(p) for p in (REPO / "conformance" / "results").glob("*.json"))
+
+
+def _docs_from(tmp_path, files):
+    out = tmp_path / "conformance.md"
+    p = subprocess.run([sys.executable, str(REPO / "conformance" / "run.py"), "--docs", str(out), "--docs-from", *files],
+                       capture_output=True, text=True, cwd=REPO)
+    return p, out
+
+
+def test_committed_conformance_table_is_the_saved_runs_judged_today(tmp_path):
+    # docs/conformance.md is what the committed GPU runs give under today's claims and expected.toml:
+    # an expected.toml edit that a saved verdict contradicts, or a stale table, fails here.
+    assert RESULTS, "conformance/results holds no saved run"
+    p, out = _docs_from(tmp_path, RESULTS)
+    assert p.returncode == 0, p.stdout + p.stderr
+    want = out.read_text().replace(str(tmp_path), "")
+    assert (REPO / "docs" / "conformance.md").read_text() == want, \
+        "docs/conformance.md is stale: run conformance/run.py --docs docs/conformance.md --docs-from conformance/results/*.json"
+
+
+def _rewrite(tmp_path, change):
+    files = []
+    for f in RESULTS:
+        d = json.loads(open(f).read())
+        change(d)
+        q = tmp_path / os.path.basename(f)
+        q.write_text(json.dumps(d))
+        files.append(str(q))
+    return files
+
+
+def test_docs_from_rejects_what_a_live_run_rejects(tmp_path):
+    def flip(verdict_of):  # sets the verdict of one (upstream, case) wherever it is saved
+        def change(d):
+            for r in d["rows"]:
+                for (u, c), v in verdict_of.items():
+                    if r["upstream"] == u and c in r.get("verdicts", {}):
+                        r["verdicts"][c] = [v, "changed by the test"]
+        return change
+    # a listed non-pass that now passes: retire its entry
+    p, out = _docs_from(tmp_path, _rewrite(tmp_path, flip({("torch.sdpa[efficient]", "causal_sq239_gt_sk63"): "Passed"})))
+    assert p.returncode == 1 and "retire the entry" in p.stdout and not out.exists(), p.stdout + p.stderr
+    # a non-pass nobody listed
+    p, out = _docs_from(tmp_path, _rewrite(tmp_path, flip({("torch.sdpa[math]", "causal_sq239_gt_sk63"): "Incorrect"})))
+    assert p.returncode == 1 and "not in expected.toml" in p.stdout and not out.exists(), p.stdout + p.stderr
+
+    def drop_upstream(d):
+        d["rows"] = [r for r in d["rows"] if r["upstream"] != "torch.sdpa[math]"]
+    p, out = _docs_from(tmp_path, _rewrite(tmp_path, drop_upstream))
+    assert p.returncode == 2 and "missing ['torch.sdpa[math]']" in p.stderr, p.stdout + p.stderr
+
+    def drop_case(d):
+        for r in d["rows"]:
+            if r["upstream"] == "torch.sdpa[math]":
+                r["verdicts"].pop(sorted(r["verdicts"])[0])
+    p, out = _docs_from(tmp_path, _rewrite(tmp_path, drop_case))
+    assert p.returncode == 1 and "no verdict for it: run it" in p.stdout, p.stdout + p.stderr
+
+
+def test_one_config_falls_back_to_the_next_config_that_fits(monkeypatch):
+    # --one-config keeps a Triton autotuner's first config; one that does not fit the GPU
+    # (OutOfResources) gives way to the next, as autotuning would, instead of failing the case.
+    triton = pytest.importorskip("triton")
+    from triton.runtime import autotuner
+    from triton.runtime.errors import OutOfResources
+    monkeypatch.setattr(autotuner.Autotuner, "__init__", autotuner.Autotuner.__init__)
+    monkeypatch.setattr(autotuner.Autotuner, "run", autotuner.Autotuner.run)
+    tried = []
+
+    def fake_init(self, fn, arg_names, configs, *a, **k):
+        self.configs, self.cache = list(configs), {}
+
+    def fake_run(self, *a, **k):
+        tried.append(self.configs[0])
+        if self.configs[0] == "big":
+            raise OutOfResources(295936, 232448, "shared memory")
+        return self.configs[0]
+    monkeypatch.setattr(autotuner.Autotuner, "__init__", fake_init)
+    monkeypatch.setattr(autotuner.Autotuner, "run", fake_run)
+    assert run.one_autotune_config()
+    t = autotuner.Autotuner.__new__(autotuner.Autotuner)
+    autotuner.Autotuner.__init__(t, None, [], ["big", "small", "tiny"])
+    assert t.configs == ["big"]
+    assert autotuner.Autotuner.run(t) == "small" and tried == ["big", "small"]
+    assert triton
