@@ -31,3 +31,17 @@ function(assay_add_catch_test exe)
        "if(${exe}_TESTS)\n  set_tests_properties(\${${exe}_TESTS} PROPERTIES LABELS \"${_labels}\")\nendif()\n")
   set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES ${CMAKE_CURRENT_BINARY_DIR}/${exe}_labels.cmake)
 endfunction()
+
+# assay_kernel_families(<out>): the kernel families, one per kernels/<op>/ folder that has a
+# CMakeLists.txt (kernels/common, plugin, mutants and bench have none), sorted. CMake re-globs
+# when a family is added.
+function(assay_kernel_families out)
+  file(GLOB _lists RELATIVE ${PROJECT_SOURCE_DIR}/kernels CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/kernels/*/CMakeLists.txt)
+  set(_ops)
+  foreach(_l IN LISTS _lists)
+    get_filename_component(_d ${_l} DIRECTORY)
+    list(APPEND _ops ${_d})
+  endforeach()
+  list(SORT _ops)
+  set(${out} ${_ops} PARENT_SCOPE)
+endfunction()

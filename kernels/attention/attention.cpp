@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "kernels/common/kernel_support.h"
 #include "kernels/attention/attention_fwd.h"
 #include "kernels/attention/attention_params.h"
 #include "kernels/registry.h"
@@ -27,7 +28,7 @@ std::string run(LaunchContext& c, const char* name, cudaError_t (*f)(const AttnP
   AttnParams p;
   if (std::string err = build_params(c, p); !err.empty()) return fmt::format("{}: {}", name, err);
   const cudaError_t e = f(p, static_cast<cudaStream_t>(c.stream));
-  return e == cudaSuccess ? std::string() : fmt::format("{}: {}", name, cudaGetErrorString(e));
+  return common::cuda_error(name, e);
 }
 
 KernelDef make_v2() {
@@ -84,7 +85,7 @@ KernelDef make_v3_decode() {
     if (std::string err = build_params(c, p); !err.empty()) return "attention_v3_decode: " + err;
     const cudaError_t e =
         attention_decode_v3(p, static_cast<cudaStream_t>(c.stream), p.num_splits > 1 ? p.num_splits : 0);
-    return e == cudaSuccess ? std::string() : std::string("attention_v3_decode: ") + cudaGetErrorString(e);
+    return common::cuda_error("attention_v3_decode", e);
   };
   return d;
 }

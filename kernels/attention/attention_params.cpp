@@ -1,5 +1,6 @@
 // Host side of kernels/attention/attention_params.h: launch parameters from a golden's tensors and
 // case fields (never from tensor values: plugins and can_implement see none).
+#include "kernels/common/kernel_support.h"
 #include "kernels/attention/attention_params.h"
 
 #include <cuda_runtime.h>
@@ -168,7 +169,7 @@ std::string run_split_kernel(LaunchContext& c, const char* name, int corrupt_spl
   if (const DevTensor* t = c.intermediate("LSE_partial")) p.lse_partial_export = static_cast<float*>(t->data);
   p.corrupt_split = corrupt_split;
   const cudaError_t e = attention_fwd_v2_split(p, static_cast<cudaStream_t>(c.stream));
-  return e == cudaSuccess ? std::string() : fmt::format("{}: {}", name, cudaGetErrorString(e));
+  return common::cuda_error(name, e);
 }
 
 }  // namespace assay::kernels::attention

@@ -4,6 +4,7 @@
 // (attention_params.h). The mutants of kernels/mutants/attention_mutants.cpp are not registered here.
 #include <cuda_runtime.h>
 
+#include "kernels/common/kernel_support.h"
 #include "kernels/attention/attention_params.h"
 #include "kernels/attention/attention_v1.h"
 #include "kernels/registry.h"
@@ -24,7 +25,7 @@ KernelDef make_attention_v1() {
     AttnParams p;
     if (std::string err = build_params(c, p); !err.empty()) return "attention_v1: " + err;
     const cudaError_t e = attention_v1(p, static_cast<cudaStream_t>(c.stream));
-    return e == cudaSuccess ? std::string() : std::string("attention_v1: ") + cudaGetErrorString(e);
+    return common::cuda_error("attention_v1", e);
   };
   return d;
 }

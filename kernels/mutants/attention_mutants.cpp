@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/common/kernel_support.h"
 #include "kernels/attention/attention_fwd.h"
 #include "kernels/attention/attention_params.h"
 #include "kernels/attention/attention_v1.h"
@@ -51,7 +52,7 @@ KernelDef make_mutant(const char* name, const char* description, Mutation m,
     AttnParams p;
     if (std::string err = build_params(c, p); !err.empty()) return n + ": " + err;
     const cudaError_t e = attention_v1(p, static_cast<cudaStream_t>(c.stream), m);
-    return e == cudaSuccess ? std::string() : n + ": " + cudaGetErrorString(e);
+    return common::cuda_error(n, e);
   };
   return d;
 }

@@ -27,16 +27,16 @@
 #include <vector>
 
 #include "kernels/optim/optim_kernels.h"
+#include "kernels/common/kernel_support.h"
 #include "kernels/registry.h"
 
 namespace assay::kernels {
 namespace {
 
 using namespace assay::kernels::optim;
+using namespace assay::kernels::common;
 
 const CaseFields& params_of(const KernelCase& g) { return g.fields; }
-
-Support no(std::string why) { return {false, std::move(why)}; }
 
 // Every optim kernel: op "optim", deterministic (fixed-order reductions), strict profile.
 KernelDef optim_kernel(std::string name, std::string description) {
@@ -48,44 +48,7 @@ KernelDef optim_kernel(std::string name, std::string description) {
   return d;
 }
 
-std::string cuda_err(const std::string& who, cudaError_t e) {
-  return e == cudaSuccess ? std::string() : who + ": " + cudaGetErrorString(e);
-}
-
-// Every output of the golden is one of `known`.
-Support outputs_within(const KernelCase& g, const std::set<std::string>& known, const std::string& who) {
-  for (const auto& o : g.outputs)
-    if (!known.count(o.name)) return no(fmt::format("{}: unknown output '{}'", who, o.name));
-  return {};
-}
 Support need(const KernelCase& g, const std::vector<std::string>& names, DType dt) { return require_dtypes(g, names, {dt}); }
-// Outputs by name (several names are both an input and an output: p, m, v, buf).
-Support need_out(const KernelCase& g, const std::vector<std::string>& names, DType dt) {
-  for (const auto& n : names) {
-    const auto* o = g.output(n);
-    if (!o) return no(fmt::format("the golden has no output '{}'", n));
-    if (o->dtype != dt)
-      return no(fmt::format("output '{}' is {}; this kernel writes {}", n, name(o->dtype), name(dt)));
-  }
-  return {};
-}
-
-// Stream-ordered scratch, freed at the end of the launch.
-struct DevScratch {
-  cudaStream_t s;
-  std::vector<void*> ptrs;
-  explicit DevScratch(cudaStream_t st) : s(st) {}
-  template <typename T>
-  T* get(size_t count, cudaError_t& e) {
-    void* p = nullptr;
-    if (e == cudaSuccess) e = cudaMallocAsync(&p, std::max<size_t>(count, 1) * sizeof(T), s);
-    if (p) ptrs.push_back(p);
-    return static_cast<T*>(p);
-  }
-  ~DevScratch() {
-    for (void* p : ptrs) cudaFreeAsync(p, s);
-  }
-};
 
 Segments segments_of(const CaseFields& P, int64_t total, bool& ok) {
   std::vector<double> sz = P.get_list("sizes");
@@ -158,12 +121,12 @@ Support adam_can(AdamFlavor f, bool master, const KernelCase& g, const std::stri
   if (exact) {
     std::vector<std::string> outs{"p", "m", "v"};
     if (c.amsgrad) outs.push_back("vmax");
-    if (auto s = need_out(g, outs, dt); !s.ok) return s;
+    if (auto s = need_outputs(g, outs, dt); !s.ok) return s;
     if (auto s = outputs_within(g, {"p", "m", "v", "vmax"}, who); !s.ok) return s;
     if (!c.amsgrad && g.output("vmax")) return no("a vmax output without amsgrad");
   } else {
     if (bf16) return no("bf16 states with fp32 bounded outputs: this kernel stores the states' dtype");
-    if (auto s = need_out(g, {"p_tol", "m_tol", "v_tol"}, DType::f32); !s.ok) return s;
+    if (auto s = need_outputs(g, {"p_tol", "m_tol", "v_tol"}, DType::f32); !s.ok) return s;
     if (auto s = outputs_within(g, {"p_tol", "m_tol", "v_tol"}, who); !s.ok) return s;
   }
   if (master && (bf16 || f != AdamFlavor::torch_fused))
@@ -211,7 +174,7 @@ std::string adam_launch(AdamFlavor f, bool master, LaunchContext& ctx, const std
     }
     if (e == cudaSuccess) e = adam_step(f, c, step0 + 1 + k, dt, dt, x, N, st);
   }
-  return cuda_err(who, e);
+  return cuda_error(who, e);
 }
 
 KernelDef make_adam(AdamFlavor f, bool master, std::string name, std::string desc) {
@@ -248,7 +211,7 @@ KernelDef make_sgd() {
     if (auto s = need(g, ins, DType::f32); !s.ok) return s;
     std::vector<std::string> outs{"p"};
     if (c.momentum != 0) outs.push_back("buf");
-    if (auto s = need_out(g, outs, DType::f32); !s.ok) return s;
+    if (auto s = need_outputs(g, outs, DType::f32); !s.ok) return s;
     if (auto s = outputs_within(g, {"p", "buf"}, "optim_sgd_v1"); !s.ok) return s;
     if (c.momentum == 0 && g.output("buf")) return no("sgd without momentum has no buffer output");
     const auto* gi = g.input("g");
@@ -271,7 +234,7 @@ KernelDef make_sgd() {
                    static_cast<const float*>(k == 0 ? p->data : po->data), buf_in, static_cast<float*>(po->data),
                    bo ? static_cast<float*>(bo->data) : nullptr, N, static_cast<cudaStream_t>(ctx.stream));
     }
-    return cuda_err("optim_sgd_v1", e);
+    return cuda_error("optim_sgd_v1", e);
   };
   return d;
 }
@@ -291,7 +254,7 @@ KernelDef make_lion() {
     const CaseFields& P = params_of(g);
     if (P.get_string("optimizer") != "lion") return no("optim_lion_v1 runs optimizer = lion");
     if (auto s = need(g, {"g", "p", "m"}, DType::f32); !s.ok) return s;
-    if (auto s = need_out(g, {"p", "m"}, DType::f32); !s.ok) return s;
+    if (auto s = need_outputs(g, {"p", "m"}, DType::f32); !s.ok) return s;
     if (auto s = outputs_within(g, {"p", "m"}, "optim_lion_v1"); !s.ok) return s;
     const auto* gi = g.input("g");
     if (gi->shape.size() != 2 || gi->shape[1] != g.input("p")->shape[0]) return no("lion: g must be [S, N], p [N]");
@@ -308,7 +271,7 @@ KernelDef make_lion() {
       e = lion_step(c, static_cast<const float*>(g->data) + k * N, static_cast<const float*>(k == 0 ? p->data : po->data),
                     static_cast<const float*>(k == 0 ? m->data : mo->data), static_cast<float*>(po->data),
                     static_cast<float*>(mo->data), N, static_cast<cudaStream_t>(ctx.stream));
-    return cuda_err("optim_lion_v1", e);
+    return cuda_error("optim_lion_v1", e);
   };
   return d;
 }
@@ -350,7 +313,7 @@ KernelDef make_lamb() {
     const Segments s = segments_of(ctx.params, g->numel(), ok);
     if (!ok) return "optim_lamb_v1: bad sizes";
     const int64_t t = ctx.params.get_int("step0") + 1;
-    return cuda_err("optim_lamb_v1",
+    return cuda_error("optim_lamb_v1",
                     lamb_step(c, t, s, static_cast<const float*>(g->data), static_cast<const float*>(p->data),
                               static_cast<const float*>(m->data), static_cast<const float*>(v->data),
                               static_cast<float*>(po->data), static_cast<float*>(mo->data), static_cast<float*>(vo->data),
@@ -389,7 +352,7 @@ KernelDef make_clip() {
     if (!ok) return "optim_clip_v1: bad sizes";
     const ClipFlavor f = P.get_string("semantics") == "megatron" ? ClipFlavor::megatron : ClipFlavor::torch;
     const StoreType t = g->dtype == DType::bf16 ? StoreType::bf16 : StoreType::f32;
-    return cuda_err("optim_clip_v1", clip_grad_norm(f, t, P.get_double("max_norm"), s, g->data, go->data, to->data,
+    return cuda_error("optim_clip_v1", clip_grad_norm(f, t, P.get_double("max_norm"), s, g->data, go->data, to->data,
                                                     static_cast<cudaStream_t>(ctx.stream)));
   };
   return d;
@@ -450,7 +413,7 @@ KernelDef make_scaler() {
     if (e == cudaSuccess)
       e = unscale_grads(inv, static_cast<const float*>(g->data), static_cast<float*>(gu->data), g->numel(),
                         static_cast<int*>(fo->data), st);
-    return cuda_err("optim_scaler_v1", e);
+    return cuda_error("optim_scaler_v1", e);
   };
   return d;
 }
@@ -474,7 +437,7 @@ KernelDef make_bf16_copy() {
     const auto *rne = ctx.output("p_bf16_rne"), *te = ctx.output("p_bf16_te"), *sr = ctx.output("p_bf16_sr");
     const auto *rem = ctx.output("remainder"), *rec = ctx.output("master_recovered");
     if (!x || !r || !rne || !te || !sr || !rem || !rec) return "optim_bf16_copy_v1: missing tensors";
-    return cuda_err("optim_bf16_copy_v1",
+    return cuda_error("optim_bf16_copy_v1",
                     bf16_copies(static_cast<const float*>(x->data), static_cast<const int*>(r->data),
                                 static_cast<uint16_t*>(rne->data), static_cast<uint16_t*>(te->data),
                                 static_cast<int*>(rem->data), static_cast<float*>(rec->data),
@@ -507,7 +470,7 @@ KernelDef make_adafactor() {
     const int64_t M = P.get_int("M"), K = P.get_int("K");
     const auto *g = ctx.input("g"), *p = ctx.input("p"), *po = ctx.output("p_tol");
     if (!g || !p || !po) return "optim_adafactor_v1: missing tensors";
-    return cuda_err("optim_adafactor_v1",
+    return cuda_error("optim_adafactor_v1",
                     adafactor_step_fresh(c, factored ? M : 1, factored ? K : M * K, factored,
                                          static_cast<const float*>(g->data), static_cast<const float*>(p->data),
                                          static_cast<float*>(po->data), static_cast<cudaStream_t>(ctx.stream)));
@@ -548,7 +511,7 @@ KernelDef make_muon() {
     std::string why;
     if (!muon_config(P, c, why)) return no("muon: " + why);
     if (auto s = need(g, {"g", "p", "buf"}, DType::f32); !s.ok) return s;
-    if (auto s = need_out(g, {"buf", "p_tol", "update_tol"}, DType::f32); !s.ok) return s;
+    if (auto s = need_outputs(g, {"buf", "p_tol", "update_tol"}, DType::f32); !s.ok) return s;
     if (auto s = outputs_within(g, {"buf", "p_tol", "update_tol"}, "optim_muon_v1"); !s.ok) return s;
     const int64_t M = P.get_int("M"), K = P.get_int("K");
     if (M <= 0 || K <= 0 || g.input("g")->numel() != M * K) return no("muon: g, p, buf must be [M, K]");

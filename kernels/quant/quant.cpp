@@ -23,28 +23,15 @@
 #include <fmt/format.h>
 
 #include "kernels/quant/quant_kernels.h"
+#include "kernels/common/kernel_support.h"
 #include "kernels/registry.h"
 
 namespace assay::kernels {
 namespace {
 
 using namespace assay::kernels::quant;
+using namespace assay::kernels::common;
 
-Support no(std::string why) { return {false, std::move(why)}; }
-
-// Every output of the golden must be one this kernel writes.
-Support outputs_known(const KernelCase& g, const std::set<std::string>& known, const std::string& kernel) {
-  for (const auto& o : g.outputs)
-    if (!known.count(o.name)) return no(kernel + ": does not produce output '" + o.name + "'");
-  return {};
-}
-
-Support need_output(const KernelCase& g, const std::string& n, DType dt) {
-  const TensorSpec* o = g.output(n);
-  if (!o) return no("the case lacks output '" + n + "'");
-  if (o->dtype != dt) return no("output '" + n + "' has dtype " + std::string(name(o->dtype)));
-  return {};
-}
 
 Support x_bf16(const KernelCase& g) {
   const TensorSpec* x = g.input("x");
@@ -53,15 +40,6 @@ Support x_bf16(const KernelCase& g) {
   return {};
 }
 
-std::string cuda_result(const char* k, cudaError_t e) {
-  return e == cudaSuccess ? std::string() : std::string(k) + ": " + cudaGetErrorString(e);
-}
-
-template <class T>
-T* out_ptr(LaunchContext& c, const char* n) {
-  const DevTensor* t = c.output(n);
-  return t ? static_cast<T*>(t->data) : nullptr;
-}
 
 // ------------------------------------------------------------------------------- NVFP4
 // recipes = false: quant_nvfp4_v1 (the 64x64 tile kernel: TE round-to-nearest, 1x16 or 16x16).
@@ -98,7 +76,7 @@ KernelDef make_nvfp4(bool recipes) {
                                   std::pair{"scale", DType::e4m3}, std::pair{"amax", DType::f32},
                                   std::pair{"xhat", DType::f32}}) {
         const std::string nm = std::string(n) + dir;
-        if (auto s = need_output(g, nm, dt); !s.ok) return s;
+        if (auto s = need_outputs(g, {nm}, dt); !s.ok) return s;
         known.insert(nm);
       }
       if (sr) {
@@ -107,7 +85,7 @@ KernelDef make_nvfp4(bool recipes) {
           return no("SR needs the u8 input rbits" + dir + " with one byte per element");
       }
     }
-    return outputs_known(g, known, self);
+    return outputs_within(g, known, self);
   };
   d.launch = [recipes](LaunchContext& c) -> std::string {
     const DevTensor* x = c.input("x");
@@ -118,25 +96,25 @@ KernelDef make_nvfp4(bool recipes) {
     a.N = x->shape[1];
     a.block_2d = c.params.get_int("block_2d") != 0;
     if (c.params.get_int("rowwise") != 0) {
-      a.q_row = out_ptr<uint8_t>(c, "q_row");
-      a.packed_row = out_ptr<uint8_t>(c, "packed_row");
-      a.scale_row = out_ptr<uint8_t>(c, "scale_row");
-      a.amax_row = out_ptr<float>(c, "amax_row");
-      a.xhat_row = out_ptr<float>(c, "xhat_row");
+      a.q_row = output_ptr<uint8_t>(c, "q_row");
+      a.packed_row = output_ptr<uint8_t>(c, "packed_row");
+      a.scale_row = output_ptr<uint8_t>(c, "scale_row");
+      a.amax_row = output_ptr<float>(c, "amax_row");
+      a.xhat_row = output_ptr<float>(c, "xhat_row");
     }
     if (c.params.get_int("columnwise") != 0) {
-      a.q_col = out_ptr<uint8_t>(c, "q_col");
-      a.packed_col = out_ptr<uint8_t>(c, "packed_col");
-      a.scale_col = out_ptr<uint8_t>(c, "scale_col");
-      a.amax_col = out_ptr<float>(c, "amax_col");
-      a.xhat_col = out_ptr<float>(c, "xhat_col");
+      a.q_col = output_ptr<uint8_t>(c, "q_col");
+      a.packed_col = output_ptr<uint8_t>(c, "packed_col");
+      a.scale_col = output_ptr<uint8_t>(c, "scale_col");
+      a.amax_col = output_ptr<float>(c, "amax_col");
+      a.xhat_col = output_ptr<float>(c, "xhat_col");
     }
     a.amax_row_given = c.params.has("amax_row");
     a.amax_row_value = a.amax_row_given ? static_cast<float>(c.params.get_double("amax_row")) : 0.0f;
     a.amax_col_given = c.params.has("amax_col");
     a.amax_col_value = a.amax_col_given ? static_cast<float>(c.params.get_double("amax_col")) : 0.0f;
     const auto st = static_cast<cudaStream_t>(c.stream);
-    if (!recipes) return cuda_result("quant_nvfp4_v1", quant_nvfp4_v1(a, st));
+    if (!recipes) return cuda_error("quant_nvfp4_v1", quant_nvfp4_v1(a, st));
     a.rht = c.params.get_int("rht") != 0;
     a.rht_sign_mask = static_cast<uint16_t>(c.params.get_int("rht_sign_mask"));
     if (c.params.get_int("sr") != 0) {
@@ -147,7 +125,7 @@ KernelDef make_nvfp4(bool recipes) {
     a.ao = c.params.get_int("ao") != 0;
     a.ao_two_level = c.params.get_int("ao_two_level") != 0;
     a.ao_cuda_div = c.params.get_int("ao_cuda_div") != 0;
-    return cuda_result("quant_nvfp4_recipes_v1", quant_nvfp4_recipes_v1(a, st));
+    return cuda_error("quant_nvfp4_recipes_v1", quant_nvfp4_recipes_v1(a, st));
   };
   return d;
 }
@@ -181,11 +159,11 @@ KernelDef make_mx_v1() {
       std::vector<std::pair<std::string, DType>> need{{"q", edt}, {"scale", DType::ue8m0}, {"xhat", DType::f32}};
       if (e == 2) need.push_back({"packed", DType::u8});
       for (const auto& [n, dt] : need) {
-        if (auto s = need_output(g, n + dir, dt); !s.ok) return s;
+        if (auto s = need_outputs(g, {n + dir}, dt); !s.ok) return s;
         known.insert(n + dir);
       }
     }
-    return outputs_known(g, known, "quant_mx_v1");
+    return outputs_within(g, known, "quant_mx_v1");
   };
   d.launch = [](LaunchContext& c) -> std::string {
     const DevTensor* x = c.input("x");
@@ -197,18 +175,18 @@ KernelDef make_mx_v1() {
     a.elem = mx_elem(c.params.get_string("elem"));
     a.rceil = c.params.get_string("rule") == "rceil";
     if (c.params.get_int("rowwise") != 0) {
-      a.q_row = out_ptr<uint8_t>(c, "q_row");
-      a.packed_row = out_ptr<uint8_t>(c, "packed_row");
-      a.scale_row = out_ptr<uint8_t>(c, "scale_row");
-      a.xhat_row = out_ptr<float>(c, "xhat_row");
+      a.q_row = output_ptr<uint8_t>(c, "q_row");
+      a.packed_row = output_ptr<uint8_t>(c, "packed_row");
+      a.scale_row = output_ptr<uint8_t>(c, "scale_row");
+      a.xhat_row = output_ptr<float>(c, "xhat_row");
     }
     if (c.params.get_int("columnwise") != 0) {
-      a.q_col = out_ptr<uint8_t>(c, "q_col");
-      a.packed_col = out_ptr<uint8_t>(c, "packed_col");
-      a.scale_col = out_ptr<uint8_t>(c, "scale_col");
-      a.xhat_col = out_ptr<float>(c, "xhat_col");
+      a.q_col = output_ptr<uint8_t>(c, "q_col");
+      a.packed_col = output_ptr<uint8_t>(c, "packed_col");
+      a.scale_col = output_ptr<uint8_t>(c, "scale_col");
+      a.xhat_col = output_ptr<float>(c, "xhat_col");
     }
-    return cuda_result("quant_mx_v1", quant_mx_v1(a, static_cast<cudaStream_t>(c.stream)));
+    return cuda_error("quant_mx_v1", quant_mx_v1(a, static_cast<cudaStream_t>(c.stream)));
   };
   return d;
 }
@@ -267,22 +245,22 @@ KernelDef make_fp8(int version) {
     for (const auto& [n, dt] : {std::pair{"q", el == "e4m3" ? DType::e4m3 : DType::e5m2},
                                 std::pair{"scale_inv", DType::f32}, std::pair{"scale", DType::f32},
                                 std::pair{"amax", DType::f32}, std::pair{"xhat", DType::f32}}) {
-      if (auto s = need_output(g, n, dt); !s.ok) return s;
+      if (auto s = need_outputs(g, {n}, dt); !s.ok) return s;
       known.insert(n);
     }
-    return outputs_known(g, known, version == 1 ? "quant_fp8_v1" : "quant_fp8_v2");
+    return outputs_within(g, known, version == 1 ? "quant_fp8_v1" : "quant_fp8_v2");
   };
   d.launch = [version](LaunchContext& c) -> std::string {
     const DevTensor* x = c.input("x");
     if (!x) return "quant_fp8: no input x";
     Fp8Args a = fp8_args(c.params, x);
-    a.q = out_ptr<uint8_t>(c, "q");
-    a.scale_inv = out_ptr<float>(c, "scale_inv");
-    a.scale = out_ptr<float>(c, "scale");
-    a.amax = out_ptr<float>(c, "amax");
-    a.xhat = out_ptr<float>(c, "xhat");
+    a.q = output_ptr<uint8_t>(c, "q");
+    a.scale_inv = output_ptr<float>(c, "scale_inv");
+    a.scale = output_ptr<float>(c, "scale");
+    a.amax = output_ptr<float>(c, "amax");
+    a.xhat = output_ptr<float>(c, "xhat");
     const auto st = static_cast<cudaStream_t>(c.stream);
-    return version == 1 ? cuda_result("quant_fp8_v1", quant_fp8_v1(a, st)) : cuda_result("quant_fp8_v2", quant_fp8_v2(a, st));
+    return version == 1 ? cuda_error("quant_fp8_v1", quant_fp8_v1(a, st)) : cuda_error("quant_fp8_v2", quant_fp8_v2(a, st));
   };
   return d;
 }
@@ -310,8 +288,8 @@ KernelDef make_fake_quant_v1() {
     if (!dy || dy->dtype != DType::f32 || dy->numel() != g.input("x")->numel()) return no("the case lacks dy [M, N] f32");
     if (g.input("x")->shape[0] > 65535 && gr == "channel") return no("too many rows for the grid (<= 65535)");
     for (const char* n : {"y", "dx"})
-      if (auto s = need_output(g, n, DType::f32); !s.ok) return s;
-    return outputs_known(g, {"y", "dx"}, "quant_fake_quant_v1");
+      if (auto s = need_outputs(g, {n}, DType::f32); !s.ok) return s;
+    return outputs_within(g, {"y", "dx"}, "quant_fake_quant_v1");
   };
   d.launch = [](LaunchContext& c) -> std::string {
     const DevTensor *x = c.input("x"), *dy = c.input("dy");
@@ -320,9 +298,9 @@ KernelDef make_fake_quant_v1() {
     a.q = fp8_args(c.params, x);
     a.dy = static_cast<const float*>(dy->data);
     a.clipped_ste = c.params.get_int("clipped_ste") != 0;
-    a.y = out_ptr<float>(c, "y");
-    a.dx = out_ptr<float>(c, "dx");
-    return cuda_result("quant_fake_quant_v1", quant_fake_quant_v1(a, static_cast<cudaStream_t>(c.stream)));
+    a.y = output_ptr<float>(c, "y");
+    a.dx = output_ptr<float>(c, "dx");
+    return cuda_error("quant_fake_quant_v1", quant_fake_quant_v1(a, static_cast<cudaStream_t>(c.stream)));
   };
   return d;
 }
@@ -362,7 +340,7 @@ KernelDef make_gemm_v1() {
     const TensorSpec* o = g.output("d");
     if (!o || (o->dtype != DType::f32 && o->dtype != DType::bf16)) return no("output d must be f32 or bf16");
     if (o->shape != Shape{M, N}) return no("output d must be [M, N]");
-    return outputs_known(g, {"d"}, "quant_gemm_v1");
+    return outputs_within(g, {"d"}, "quant_gemm_v1");
   };
   d.launch = [](LaunchContext& c) -> std::string {
     const DevTensor *a = c.input("a"), *b = c.input("b"), *sa = c.input("sa"), *sb = c.input("sb"), *dd = c.output("d");
@@ -387,7 +365,7 @@ KernelDef make_gemm_v1() {
     }
     g.d = dd->data;
     g.d_bf16 = dd->dtype == DType::bf16;
-    return cuda_result("quant_gemm_v1", quant_gemm_v1(g, static_cast<cudaStream_t>(c.stream)));
+    return cuda_error("quant_gemm_v1", quant_gemm_v1(g, static_cast<cudaStream_t>(c.stream)));
   };
   return d;
 }
@@ -405,17 +383,17 @@ KernelDef make_swizzle_v1() {
     if (recipe != "swizzle") return no("recipe '" + recipe + "' is not the standalone swizzle");
     const TensorSpec* sf = g.input("sf");
     if (!sf || sf->shape.size() != 2 || sf->dtype != DType::u8) return no("the case lacks a 2-D u8 input sf");
-    if (auto s = need_output(g, "sf_swizzled", DType::u8); !s.ok) return s;
+    if (auto s = need_outputs(g, {"sf_swizzled"}, DType::u8); !s.ok) return s;
     const TensorSpec* o = g.output("sf_swizzled");
     const int64_t want = (sf->shape[0] + 127) / 128 * 128 * ((sf->shape[1] + 3) / 4 * 4);
     if (o->shape.size() != 1 || o->shape[0] != want) return no("sf_swizzled has an unexpected size");
-    return outputs_known(g, {"sf_swizzled"}, "quant_swizzle_v1");
+    return outputs_within(g, {"sf_swizzled"}, "quant_swizzle_v1");
   };
   d.launch = [](LaunchContext& c) -> std::string {
     const DevTensor* sf = c.input("sf");
     const DevTensor* out = c.output("sf_swizzled");
     if (!sf || !out) return "quant_swizzle_v1: the case lacks sf or sf_swizzled";
-    return cuda_result("quant_swizzle_v1",
+    return cuda_error("quant_swizzle_v1",
                        quant_swizzle_v1(static_cast<const uint8_t*>(sf->data), sf->shape[0], sf->shape[1],
                                         static_cast<uint8_t*>(out->data), static_cast<cudaStream_t>(c.stream)));
   };

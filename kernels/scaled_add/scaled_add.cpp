@@ -2,6 +2,7 @@
 // Tensors: x, y [B, T, D] bf16 codes in; out [B, T, D] bf16 codes. Case scalars alpha, beta.
 #include <cuda_runtime.h>
 
+#include "kernels/common/kernel_support.h"
 #include "kernels/registry.h"
 #include "kernels/scaled_add/scaled_add.h"
 
@@ -21,7 +22,7 @@ KernelDef make_scaled_add_v1() {
     const auto e = scaled_add_v1(x->data, y->data, out->data, static_cast<float>(c.params.get_double("alpha")),
                                  static_cast<float>(c.params.get_double("beta")), out->numel(),
                                  static_cast<cudaStream_t>(c.stream));
-    return e == cudaSuccess ? std::string() : std::string("scaled_add_v1: ") + cudaGetErrorString(e);
+    return common::cuda_error("scaled_add_v1", e);
   };
   return d;
 }
