@@ -15,6 +15,7 @@
 #include "fixtures/gen/case.h"
 #include "fixtures/gen/op.h"
 #include "reference/core/check.h"
+#include "verify/baselines.h"
 #include "verify/compare.h"
 #include "verify/golden.h"
 #include "verify/stale.h"
@@ -59,8 +60,38 @@ struct CaseWork {
   std::vector<std::string> lint;
 };
 
+// The usual checks on one variant's outputs (the golden's outputs it writes): per rule, 1 when
+// every output is accepted, 0 when one is rejected, -1 when the rule applies to none of them.
+std::vector<int> judge_baselines(const Golden& g, const std::map<std::string, std::vector<double>>& outs,
+                                 const std::map<std::string, std::vector<double>>* same) {
+  std::vector<int> v(baselines::rules().size(), -1);
+  static const std::set<std::string> gates{"beta", "g", "gk", "A", "A_log", "dt", "dt_bias"};
+  for (const auto& o : g.outputs) {
+    const auto it = outs.find(o.expected.name);
+    if (it == outs.end() || it->second.size() != o.expected.data.size()) continue;
+    const std::vector<double> got = stored(o.expected.dtype, it->second);
+    std::vector<double> same_vals;
+    if (same)
+      if (auto s = same->find(o.expected.name); s != same->end() && s->second.size() == got.size())
+        same_vals = stored(o.expected.dtype, s->second);
+    baselines::OutputValues ov;
+    ov.name = o.expected.name, ov.dtype = o.expected.dtype, ov.got = &got, ov.want = &o.expected.data;
+    ov.same = same_vals.empty() ? nullptr : &same_vals;
+    const std::string& n = ov.name;
+    ov.is_gradient = n.size() > 1 && n[0] == 'd' && g.input(n.substr(1)) != nullptr;
+    ov.gate_gradient = ov.is_gradient && gates.count(n.substr(1));
+    const auto r = baselines::judge(ov);
+    for (size_t k = 0; k < r.size(); ++k) {
+      if (r[k] == baselines::Verdict::not_applicable) continue;
+      const int acc = r[k] == baselines::Verdict::accept ? 1 : 0;
+      v[k] = v[k] < 0 ? acc : std::min(v[k], acc);
+    }
+  }
+  return v;
+}
+
 void run_case(const gen::OpDef& op, const TolerancePolicy& policy, const std::vector<std::string>& profiles,
-              const std::string& fixtures_dir, CaseWork& w) {
+              const std::string& fixtures_dir, bool with_baselines, CaseWork& w) {
   const gen::Case& c = *w.c;
   Golden g;
   try {
@@ -90,14 +121,24 @@ void run_case(const gen::OpDef& op, const TolerancePolicy& policy, const std::ve
                                    "as {:.3g} would pass 100% wrong; give it an entry (exact, rtol-only or bound-based)",
                                    o.expected.name, name(o.expected.dtype), c.name, tol.source, tol.atol, n, smallest));
   }
-  for (const auto& v : op.variants) {
-    std::map<std::string, std::vector<double>> outs;
+  // Every variant's outputs first: the flash-attention baseline reads the strict emulation's.
+  std::vector<std::optional<std::map<std::string, std::vector<double>>>> all(op.variants.size());
+  const std::map<std::string, std::vector<double>>* same_precision = nullptr;
+  for (size_t vi = 0; vi < op.variants.size(); ++vi) {
+    const auto& v = op.variants[vi];
     try {
-      outs = v.run(c, in);
+      all[vi] = v.run(c, in);
     } catch (const std::exception& e) {
       w.problems.push_back(fmt::format("variant {} on case {}: {}", v.name, c.name, e.what()));
       continue;
     }
+    if (!same_precision && v.kind == gen::Variant::Kind::emulation && v.profile == kStrictProfile && !all[vi]->empty())
+      same_precision = &*all[vi];
+  }
+  for (size_t vi = 0; vi < op.variants.size(); ++vi) {
+    const auto& v = op.variants[vi];
+    if (!all[vi]) continue;
+    const auto& outs = *all[vi];
     std::vector<std::string> judged;
     if (v.kind == gen::Variant::Kind::mutant) judged = profiles;
     else if (v.profile == kStrictProfile) {
@@ -150,6 +191,9 @@ void run_case(const gen::OpDef& op, const TolerancePolicy& policy, const std::ve
         }
         if (!r.hint.empty() && cell.hint.empty()) cell.hint = fmt::format("'{}': {}", name, r.hint);
       }
+      const std::string& home = v.kind == gen::Variant::Kind::mutant ? std::string(kStrictProfile) : v.profile;
+      if (with_baselines && cell.applies && prof == home)
+        cell.baselines = judge_baselines(g, outs, &outs == same_precision ? nullptr : same_precision);
       w.cells.push_back(std::move(cell));
     }
   }
@@ -163,8 +207,12 @@ void summarize(const gen::OpDef& op, OpCalibration& oc) {
     s.kind = mutant ? "mutant" : "emulation";
     if (mutant) s.profile = kStrictProfile;
     std::map<std::string, double> best;  // profile -> best kill
+    s.baseline_rejected.assign(baselines::rules().size(), 0);
+    s.baseline_judged.assign(baselines::rules().size(), 0);
     for (const auto& cell : oc.cells) {
       if (cell.variant != v.name || !cell.applies) continue;
+      for (size_t k = 0; k < cell.baselines.size(); ++k)
+        if (cell.baselines[k] >= 0) ++s.baseline_judged[k], s.baseline_rejected[k] += cell.baselines[k] == 0;
       if (mutant) {
         double& b = best[cell.profile];
         if (!cell.passed) b = std::max(b, cell.ratio);
@@ -237,6 +285,7 @@ CalibrationReport calibrate(const CalibrateOptions& o) {
     const TolerancePolicy policy = TolerancePolicy::for_ops(o.fixtures_dir, {opname});
     OpCalibration oc;
     oc.op = opname;
+    oc.baselines = o.baselines;
     oc.profiles = policy.profiles(opname);
     if (const auto* cn = fx.doc.get("calibrate")) {
       const auto* ct = cn->as_table();
@@ -267,7 +316,7 @@ CalibrationReport calibrate(const CalibrateOptions& o) {
       pool.emplace_back([&] {
         for (size_t i; (i = next++) < work.size();) {
           try {
-            run_case(*op, policy, oc.profiles, o.fixtures_dir, work[i]);
+            run_case(*op, policy, oc.profiles, o.fixtures_dir, o.baselines, work[i]);
           } catch (const std::exception& e) {  // work[i] is this thread's alone
             work[i].problems.push_back(fmt::format("case {}: {}", work[i].c->name, e.what()));
           }
@@ -379,6 +428,46 @@ void print_calibration(const CalibrationReport& r, bool verbose) {
     fmt::print("summary {:<12} {}: mutants {}/{} killed, smallest best-kill {}x ({}), largest emulation margin {} ({})\n", oc.op,
                oc.ok() ? "PASS" : "FAIL", killed, nm, nm ? ratio_str(min_kill) : "-", kw, ratio_str(max_emu), ew.empty() ? "-" : ew);
   }
+  if (!r.ops.empty() && r.ops.front().baselines) {
+    fmt::print("\nbaselines: the usual checks on the same variants and cases (verify/baselines.h), beside assay's rule\n");
+    for (const auto& ru : baselines::rules()) fmt::print("  {:<13} {}\n", ru.name, ru.what);
+    fmt::print("\n{}", baselines_table(r));
+  }
+}
+
+std::string baselines_table(const CalibrationReport& r) {
+  const auto& rules = baselines::rules();
+  std::string t = "| op | check | mutants missed | correct emulations rejected |\n|---|---|---|---|\n";
+  std::string names;
+  for (const auto& oc : r.ops) {
+    int nm = 0, ne = 0, missed = 0, rejected = 0;
+    for (const auto& v : oc.variants) {
+      if (v.kind == "mutant") ++nm, missed += v.cases_applied > 0 && v.cases_failed == 0;
+      else ++ne, rejected += v.cases_failed > 0;
+    }
+    t += fmt::format("| {} | **assay** | {} of {} | {} of {} |\n", oc.op, missed, nm, rejected, ne);
+    for (size_t k = 0; k < rules.size(); ++k) {
+      int jm = 0, je = 0;
+      std::vector<std::string> miss, rej;
+      for (const auto& v : oc.variants) {
+        if (k >= v.baseline_judged.size() || v.baseline_judged[k] == 0) continue;
+        if (v.kind == "mutant") {
+          ++jm;
+          if (v.baseline_rejected[k] == 0) miss.push_back(v.name);
+        } else {
+          ++je;
+          if (v.baseline_rejected[k] > 0) rej.push_back(v.name);
+        }
+      }
+      auto cell = [](size_t n, int of) { return of ? fmt::format("{} of {}", n, of) : std::string("n/a"); };
+      t += fmt::format("| {} | {} | {} | {} |\n", oc.op, rules[k].name, cell(miss.size(), jm), cell(rej.size(), je));
+      if (!miss.empty() || !rej.empty())
+        names += fmt::format("  {} {}: {}{}{}\n", oc.op, rules[k].name, miss.empty() ? "" : "misses " + fmt::format("{}", fmt::join(miss, ", ")),
+                             !miss.empty() && !rej.empty() ? "; " : "",
+                             rej.empty() ? "" : "rejects correct " + fmt::format("{}", fmt::join(rej, ", ")));
+    }
+  }
+  return t + (names.empty() ? "" : "\n" + names);
 }
 
 nlohmann::json calibration_json(const CalibrationReport& r) {
@@ -402,11 +491,19 @@ nlohmann::json calibration_json(const CalibrationReport& r) {
         vj["profile_rejections"] = v.profile_failures;
         vj["profile_hint"] = v.profile_hint;
       }
+      if (oc.baselines)
+        for (size_t k = 0; k < baselines::rules().size() && k < v.baseline_judged.size(); ++k)
+          vj["baselines"][baselines::rules()[k].name] = {{"cases_judged", v.baseline_judged[k]},
+                                                         {"cases_rejected", v.baseline_rejected[k]}};
       o["variants"].push_back(vj);
     }
-    for (const auto& c : oc.cells)
-      o["matrix"].push_back({{"variant", c.variant}, {"case", c.case_name}, {"profile", c.profile}, {"applies", c.applies},
-                             {"accepted", c.passed}, {"ratio", num(c.ratio)}, {"output", c.worst_output}, {"hint", c.hint}});
+    for (const auto& c : oc.cells) {
+      nlohmann::json cj{{"variant", c.variant}, {"case", c.case_name}, {"profile", c.profile}, {"applies", c.applies},
+                        {"accepted", c.passed}, {"ratio", num(c.ratio)}, {"output", c.worst_output}, {"hint", c.hint}};
+      for (size_t k = 0; k < c.baselines.size(); ++k)
+        cj["baselines"][baselines::rules()[k].name] = c.baselines[k] < 0 ? "n/a" : c.baselines[k] ? "accepted" : "rejected";
+      o["matrix"].push_back(std::move(cj));
+    }
     j["ops"].push_back(o);
   }
   return j;

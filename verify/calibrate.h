@@ -19,6 +19,10 @@
 // tolerance for its (output, dtype) in any term; a policy entry can never be selected (no L0 golden
 // has that output in that dtype); a per-dtype DEFAULT tolerance's atol alone admits a 100% error on some non-zero golden element; the op has no
 // mutant. The floors come from the fixture's [calibrate] table (defaults 0.5 and 10).
+//
+// --baselines: each variant's outputs are also judged by the usual checks (verify/baselines.h) on
+// its own profile's cells; the summary counts, per rule, the mutants it never rejects and the
+// correct emulations it rejects on some case. Information only: it changes no exit code.
 #pragma once
 #include <string>
 #include <vector>
@@ -32,6 +36,7 @@ struct CalibrateOptions {
   std::vector<std::string> ops;  // empty: every fixtures/*.toml whose op is built in
   std::string case_glob = "*";
   int jobs = 0;                  // parallel cases; 0 = all cores
+  bool baselines = false;        // also judge each variant by the usual checks (verify/baselines.h)
 };
 
 struct CalibrationCell {
@@ -40,6 +45,9 @@ struct CalibrationCell {
   double ratio = 0;          // error / allowed, worst output
   std::string worst_output;  // which output gave `ratio`
   std::string hint;          // emulations judged under strict: the profile that would describe them
+  // --baselines, on the variant's own profile's cell: per rule of baselines::rules(), 1 accepted,
+  // 0 rejected, -1 not applicable (over the golden's outputs the variant writes).
+  std::vector<int> baselines;
 };
 
 struct VariantSummary {
@@ -55,6 +63,8 @@ struct VariantSummary {
   int profile_failures = 0;
   std::string profile_hint;
   std::vector<std::string> problems;
+  // --baselines: per rule, the cases it rejected and the cases it could judge.
+  std::vector<int> baseline_rejected, baseline_judged;
 };
 
 struct OpCalibration {
@@ -64,6 +74,7 @@ struct OpCalibration {
   std::vector<VariantSummary> variants;
   std::vector<CalibrationCell> cells;
   std::vector<std::string> problems;  // policy-level (dead entries, unproven profiles, lint)
+  bool baselines = false;
   bool ok() const;
 };
 
@@ -74,6 +85,9 @@ struct CalibrationReport {
 
 CalibrationReport calibrate(const CalibrateOptions& o);
 void print_calibration(const CalibrationReport& r, bool verbose);
+// --baselines: per op and rule, mutants missed and correct emulations rejected, beside assay's
+// (markdown; the README's table is this text).
+std::string baselines_table(const CalibrationReport& r);
 nlohmann::json calibration_json(const CalibrationReport& r);
 
 }  // namespace assay

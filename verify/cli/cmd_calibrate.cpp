@@ -1,4 +1,4 @@
-// assay calibrate [--op OP]... [--case GLOB] [--json] [--json-file F] [-v]: the kill matrix and the
+// assay calibrate [--op OP]... [--case GLOB] [--json] [--json-file F] [-v] [--baselines]: the kill matrix and the
 // precision-emulation margins of each op's tolerance policy (verify/calibrate.h). Exit 0 when
 // every op calibrates, 1 when one does not, 2 on bad input.
 #include <iostream>
@@ -28,6 +28,9 @@ void add_calibrate(CLI::App& app, Common& common, int& rc) {
   s->add_flag("--json", common.json, "The report as JSON on stdout (kill matrix included)");
   s->add_option("--json-file", *json_file, "Also write the JSON report to this file");
   s->add_flag("-v,--verbose", *verbose, "Print the whole kill matrix");
+  s->add_flag("--baselines", o->baselines,
+              "Also judge every variant by the usual checks (assert_close, KernelBench, fla, flash-attention, "
+              "mamba_ssm's p95) and print, per op and check, the mutants missed and correct emulations rejected");
   s->callback([o, json_file, verbose, &common, &rc] {
     if (o->golden_dir.empty()) o->golden_dir = default_golden_dir("L0");
     o->fixtures_dir = fixtures_for(common, o->golden_dir);
