@@ -32,24 +32,17 @@ std::string run(LaunchContext& c, const char* name, cudaError_t (*f)(const AttnP
 }
 
 KernelDef make_v2() {
-  KernelDef d;
-  d.op = "attention";
-  d.name = "attention_v2";
-  d.description =
+  KernelDef d = common::kernel_def("attention", "attention_v2",
       "FA2-style forward: mma.sync m16n8k16, ldmatrix, cp.async double-buffered 64-key tiles, online softmax in exp2; "
-      "128-row query tiles (8 warps; 64 rows for head dim > 128); ignores num_splits";
-  d.deterministic = true;
+      "128-row query tiles (8 warps; 64 rows for head dim > 128); ignores num_splits");
   d.can_implement = fwd_supported;
   d.launch = [](LaunchContext& c) { return run(c, "attention_v2", attention_fwd_v2); };
   return d;
 }
 
 KernelDef make_v2_split() {
-  KernelDef d;
-  d.op = "attention";
-  d.name = "attention_v2_split";
-  d.description = "v2 over the oracle's split-KV scheme (case tile_n, num_splits): fp32 partials + LSE-weighted combine";
-  d.deterministic = true;
+  KernelDef d = common::kernel_def("attention", "attention_v2_split",
+      "v2 over the oracle's split-KV scheme (case tile_n, num_splits): fp32 partials + LSE-weighted combine");
   d.can_implement = [](const KernelCase& g) -> Support {
     Support s = fwd_supported(g);
     if (!s.ok) return s;
@@ -65,13 +58,9 @@ KernelDef make_v2_split() {
 }
 
 KernelDef make_v3_decode() {
-  KernelDef d;
-  d.op = "attention";
-  d.name = "attention_v3_decode";
-  d.description =
+  KernelDef d = common::kernel_def("attention", "attention_v3_decode",
       "decode (Sq <= 16): GQA group packed into the query tile (Sq*G <= 16: 4 warps split each KV tile by keys), "
-      "split-KV (case num_splits if > 1, else from the SM count) + combine";
-  d.deterministic = true;
+      "split-KV (case num_splits if > 1, else from the SM count) + combine");
   d.can_implement = [](const KernelCase& g) -> Support {
     Support s = fwd_supported(g);
     if (!s.ok) return s;

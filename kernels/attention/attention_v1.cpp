@@ -13,13 +13,9 @@ namespace assay::kernels::attention {
 namespace {
 
 KernelDef make_attention_v1() {
-  KernelDef d;
-  d.op = "attention";
-  d.name = "attention_v1";
-  d.description =
+  KernelDef d = common::kernel_def("attention", "attention_v1",
       "readable baseline: CTA per (16 query rows, head, split), KV tiles of tile_n keys in shared memory, scalar fp32, "
-      "online softmax; split-KV with fp32 partials + LSE-weighted combine";
-  d.deterministic = true;
+      "online softmax; split-KV with fp32 partials + LSE-weighted combine");
   d.can_implement = [](const KernelCase& g) { return attention_v1_supported(g); };
   d.launch = [](LaunchContext& c) -> std::string {
     AttnParams p;

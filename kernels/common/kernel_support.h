@@ -19,6 +19,17 @@
 
 namespace assay::kernels::common {
 
+// A kernel's definition before its can_implement and launch: op, name, one-line description, and
+// whether it is bitwise deterministic (the runner's repeat check).
+inline KernelDef kernel_def(std::string op, std::string name, std::string description, bool deterministic = true) {
+  KernelDef d;
+  d.op = std::move(op);
+  d.name = std::move(name);
+  d.description = std::move(description);
+  d.deterministic = deterministic;
+  return d;
+}
+
 // A refusal with its reason ("this kernel cannot run this golden because ...").
 inline Support no(std::string why) { return {false, std::move(why)}; }
 

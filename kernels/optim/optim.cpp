@@ -40,12 +40,7 @@ const CaseFields& params_of(const KernelCase& g) { return g.fields; }
 
 // Every optim kernel: op "optim", deterministic (fixed-order reductions), strict profile.
 KernelDef optim_kernel(std::string name, std::string description) {
-  KernelDef d;
-  d.op = "optim";
-  d.name = std::move(name);
-  d.description = std::move(description);
-  d.deterministic = true;
-  return d;
+  return kernel_def("optim", std::move(name), std::move(description));
 }
 
 Support need(const KernelCase& g, const std::vector<std::string>& names, DType dt) { return require_dtypes(g, names, {dt}); }

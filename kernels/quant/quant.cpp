@@ -46,15 +46,12 @@ Support x_bf16(const KernelCase& g) {
 // recipes = true: quant_nvfp4_recipes_v1 (block per thread: TE RN / SR, RHT columnwise, torchao;
 // no 16x16 blocks).
 KernelDef make_nvfp4(bool recipes) {
-  KernelDef d;
-  d.op = "quant";
-  d.name = recipes ? "quant_nvfp4_recipes_v1" : "quant_nvfp4_v1";
+  KernelDef d = common::kernel_def("quant", recipes ? "quant_nvfp4_recipes_v1" : "quant_nvfp4_v1", "");
   d.description = recipes ? "NVFP4 one thread per 16-element block from global memory: TE (round-to-nearest, or "
                             "stochastic rounding from given random bytes), RHT of the columnwise operand (exact "
                             "sum, bf16), torchao two-level / single-level; 1x16 blocks only"
                           : "NVFP4 (TE arithmetic) 1x16 / 16x16 quantize, rowwise + columnwise from one 64x64 smem "
                             "tile, deterministic integer-max amax, TE dequantize";
-  d.deterministic = true;
   d.can_implement = [recipes](const KernelCase& g) -> Support {
     const auto p = g.fields;
     const std::string recipe = p.get_string("recipe");
@@ -134,13 +131,9 @@ KernelDef make_nvfp4(bool recipes) {
 int mx_elem(const std::string& s) { return s == "e4m3" ? 0 : s == "e5m2" ? 1 : s == "e2m1" ? 2 : -1; }
 
 KernelDef make_mx_v1() {
-  KernelDef d;
-  d.op = "quant";
-  d.name = "quant_mx_v1";
-  d.description =
+  KernelDef d = common::kernel_def("quant", "quant_mx_v1",
       "MXFP8 (E4M3/E5M2) / MXFP4 quantize with UE8M0 floor or RCEIL scales, rowwise 1x32 + columnwise 32x1 "
-      "from one 64x64 smem tile; exact dequantize";
-  d.deterministic = true;
+      "from one 64x64 smem tile; exact dequantize");
   d.can_implement = [](const KernelCase& g) -> Support {
     const auto p = g.fields;
     const std::string recipe = p.get_string("recipe");
@@ -216,14 +209,11 @@ Fp8Args fp8_args(const CaseFields& p, const DevTensor* x) {
 // v1: every granularity (the readable baseline); v2: DeepSeek 1x128 / 128x128 with N % 4 == 0,
 // x read once with 8-byte lanes.
 KernelDef make_fp8(int version) {
-  KernelDef d;
-  d.op = "quant";
-  d.name = fmt::format("quant_fp8_v{}", version);
+  KernelDef d = common::kernel_def("quant", fmt::format("quant_fp8_v{}", version), "");
   d.description = version == 1 ? "FP8 E4M3/E5M2 scaling (TE current scaling or DeepGEMM casts) per tensor / channel / "
                                  "1x128 / 128x128, deterministic amax, dequantize"
                                : "FP8 DeepSeek 1x128 (warp per group) and 128x128 (CTA per group, registers) casts, "
                                  "x read once with 8-byte lanes, N % 4 == 0; the same bits as v1";
-  d.deterministic = true;
   d.can_implement = [version](const KernelCase& g) -> Support {
     const auto p = g.fields;
     const std::string recipe = p.get_string("recipe");
@@ -267,12 +257,9 @@ KernelDef make_fp8(int version) {
 
 // ------------------------------------------------------------------------------- fake quant
 KernelDef make_fake_quant_v1() {
-  KernelDef d;
-  d.op = "quant";
-  d.name = "quant_fake_quant_v1";
-  d.description = "FP8 QAT fake-quant per tensor / per channel: quant_fp8_v1 into scratch, then y = fl(decode(q) * "
-                  "scale_inv) and the (clipped) straight-through gradient";
-  d.deterministic = true;
+  KernelDef d = common::kernel_def("quant", "quant_fake_quant_v1",
+      "FP8 QAT fake-quant per tensor / per channel: quant_fp8_v1 into scratch, then y = fl(decode(q) * "
+      "scale_inv) and the (clipped) straight-through gradient");
   d.can_implement = [](const KernelCase& g) -> Support {
     const auto p = g.fields;
     const std::string recipe = p.get_string("recipe");
@@ -311,12 +298,9 @@ int gemm_elem_type(DType t) { return t == DType::e2m1 ? 0 : t == DType::e4m3 ? 1
 int gemm_scale_type(DType t) { return t == DType::e4m3 ? 0 : t == DType::ue8m0 ? 1 : t == DType::f32 ? 2 : -1; }
 
 KernelDef make_gemm_v1() {
-  KernelDef d;
-  d.op = "quant";
-  d.name = "quant_gemm_v1";
-  d.description = "block-scaled GEMM (NVFP4, MXFP8/MXFP4, DeepSeek FP8 1x128 x 128x128), one thread per output, "
-                  "fp32 FMA accumulation, fp32 or bf16 output";
-  d.deterministic = true;
+  KernelDef d = common::kernel_def("quant", "quant_gemm_v1",
+      "block-scaled GEMM (NVFP4, MXFP8/MXFP4, DeepSeek FP8 1x128 x 128x128), one thread per output, "
+      "fp32 FMA accumulation, fp32 or bf16 output");
   d.can_implement = [](const KernelCase& g) -> Support {
     const auto p = g.fields;
     const std::string recipe = p.get_string("recipe");
@@ -372,11 +356,8 @@ KernelDef make_gemm_v1() {
 
 // ------------------------------------------------------------------------------- swizzle
 KernelDef make_swizzle_v1() {
-  KernelDef d;
-  d.op = "quant";
-  d.name = "quant_swizzle_v1";
-  d.description = "128x4 scale-factor swizzle (cuBLAS / TE gemm_swizzled_scale_idx layout), zero padding";
-  d.deterministic = true;
+  KernelDef d = common::kernel_def("quant", "quant_swizzle_v1",
+      "128x4 scale-factor swizzle (cuBLAS / TE gemm_swizzled_scale_idx layout), zero padding");
   d.can_implement = [](const KernelCase& g) -> Support {
     const auto p = g.fields;
     const std::string recipe = p.get_string("recipe");

@@ -10,11 +10,8 @@ namespace assay::kernels {
 namespace {
 
 KernelDef make_scaled_add_v1() {
-  KernelDef d;
-  d.op = "scaled_add";
-  d.name = "scaled_add_v1";
-  d.description = "one thread per element, fp32 fmaf(alpha, x, beta*y), RNE to bf16";
-  d.deterministic = true;
+  KernelDef d = common::kernel_def("scaled_add", "scaled_add_v1",
+      "one thread per element, fp32 fmaf(alpha, x, beta*y), RNE to bf16");
   d.can_implement = [](const KernelCase& g) { return require_dtypes(g, {"x", "y", "out"}, {DType::bf16}); };
   d.launch = [](LaunchContext& c) -> std::string {
     const auto *x = c.input("x"), *y = c.input("y"), *out = c.output("out");
