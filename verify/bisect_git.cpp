@@ -43,9 +43,9 @@
 #include <nlohmann/json.hpp>
 
 #include "reference/core/check.h"
+#include "verify/process.h"
 #include "verify/runner.h"
 
-extern char** environ;
 
 namespace assay {
 namespace fs = std::filesystem;
@@ -141,95 +141,34 @@ void kill_descendants() {
 
 struct Spawned {
   int code = -1;        // exit code, or -1
-  int sig = 0;          // killed by this signal
+  int sig = 0;          // killed by this signal (SIGKILL after a timeout)
   bool timed_out = false;
   std::string error;    // could not start
 };
 
-// Runs argv in cwd, in its own process group, stdout and stderr to log_path (appended), with extra
-// environment; polls `tick` while it runs. SIGINT / SIGTERM reach its group (on_signal); after one,
-// the group gets 10 s before SIGKILL. timeout_s <= 0: no timeout.
+// Runs argv in cwd through run_process (verify/process.h): its own process group, stdout and
+// stderr appended to log_path, stdin from /dev/null, a C locale and no pager, prompt or inherited
+// GIT_DIR / GIT_WORK_TREE / GIT_INDEX_FILE; polls `tick` while it runs. SIGINT / SIGTERM reach its
+// group (on_signal); after one, the group gets 10 s before SIGKILL. timeout_s <= 0: no timeout.
 Spawned spawn(const std::vector<std::string>& argv, const std::string& cwd, const std::string& log_path, double timeout_s,
               const std::function<void()>& tick = {}) {
+  ProcOptions o;
+  o.cwd = cwd;
+  o.set_env = {"LC_ALL=C", "LANG=C", "GIT_TERMINAL_PROMPT=0", "GIT_PAGER=cat", "PAGER=cat"};
+  o.unset_env = {"GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"};
+  o.append_log = true;
+  o.stdin_null = true;
+  o.kill_group_after = false;
+  o.tick = tick;
+  o.child_pgid = &g_child_pgid;
+  o.pending_signal = &g_signal;
+  o.suppress = &g_cleaning;
+  const ProcResult p = run_process(argv, timeout_s, log_path, o);
   Spawned r;
-  std::vector<std::string> env_s{"LC_ALL=C", "LANG=C", "GIT_TERMINAL_PROMPT=0", "GIT_PAGER=cat", "PAGER=cat"};
-  for (char** e = environ; *e; ++e) {
-    const std::string kv = *e;
-    const auto k = kv.substr(0, kv.find('='));
-    if (k == "LC_ALL" || k == "LANG" || k == "GIT_TERMINAL_PROMPT" || k == "GIT_PAGER" || k == "PAGER" ||
-        k == "GIT_DIR" || k == "GIT_WORK_TREE" || k == "GIT_INDEX_FILE")
-      continue;
-    env_s.push_back(kv);
-  }
-  std::vector<char*> av, ev;
-  for (const auto& a : argv) av.push_back(const_cast<char*>(a.c_str()));
-  av.push_back(nullptr);
-  for (const auto& e : env_s) ev.push_back(const_cast<char*>(e.c_str()));
-  ev.push_back(nullptr);
-  const int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    r.error = fmt::format("cannot open {}: {}", log_path, std::strerror(errno));
-    return r;
-  }
-  const int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-  const pid_t pid = ::fork();
-  if (pid < 0) {
-    ::close(fd);
-    if (devnull >= 0) ::close(devnull);
-    r.error = fmt::format("fork: {}", std::strerror(errno));
-    return r;
-  }
-  if (pid == 0) {
-    ::setpgid(0, 0);
-    struct sigaction dfl {};
-    dfl.sa_handler = SIG_DFL;
-    ::sigaction(SIGINT, &dfl, nullptr);
-    ::sigaction(SIGTERM, &dfl, nullptr);
-    if (devnull >= 0) ::dup2(devnull, 0);
-    ::dup2(fd, 1);
-    ::dup2(fd, 2);
-    if (::chdir(cwd.c_str()) != 0) ::_exit(127);
-    ::execvpe(av[0], av.data(), ev.data());
-    const std::string m = fmt::format("assay: cannot execute {}: {}\n", argv[0], std::strerror(errno));
-    (void)!::write(2, m.data(), m.size());
-    ::_exit(127);
-  }
-  ::setpgid(pid, pid);
-  g_child_pgid = pid;
-  ::close(fd);
-  if (devnull >= 0) ::close(devnull);
-  const auto t0 = Clock::now();
-  bool forwarded = false;
-  Clock::time_point sig_at{};
-  int st = 0;
-  for (;;) {
-    const pid_t w = ::waitpid(pid, &st, WNOHANG);
-    if (w == pid) break;
-    if (w < 0 && errno != EINTR) {
-      r.error = fmt::format("waitpid: {}", std::strerror(errno));
-      break;
-    }
-    if (g_signal && !forwarded && !g_cleaning) {  // a signal that came before g_child_pgid was set
-      forwarded = true;
-      sig_at = Clock::now();
-      ::kill(-pid, g_signal);
-    }
-    if ((forwarded && Clock::now() - sig_at > std::chrono::seconds(10)) ||
-        (timeout_s > 0 && Clock::now() - t0 > std::chrono::duration<double>(timeout_s))) {
-      r.timed_out = !forwarded;
-      ::kill(-pid, SIGKILL);
-      ::kill(pid, SIGKILL);
-      while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-      }
-      break;
-    }
-    if (tick) tick();
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  g_child_pgid = 0;
-  if (tick) tick();
-  if (WIFEXITED(st)) r.code = WEXITSTATUS(st);
-  else if (WIFSIGNALED(st)) r.sig = WTERMSIG(st);
+  r.error = p.error;
+  r.timed_out = p.timed_out;
+  r.code = p.exited ? p.exit_code : -1;
+  r.sig = p.signaled ? p.signal : p.timed_out ? SIGKILL : 0;
   return r;
 }
 

@@ -14,26 +14,13 @@
 #include <vector>
 
 #include "kernels/registry.h"
+#include "verify/process.h"
 #include "verify/report.h"
 
 namespace assay {
 
-// ---- processes -------------------------------------------------------------------------------------
+// ---- processes (run_process: verify/process.h) --------------------------------------------------------
 
-struct ProcResult {
-  bool started = false;
-  bool exited = false;
-  int exit_code = -1;
-  bool signaled = false;
-  int signal = 0;
-  bool timed_out = false;
-  double wall_s = 0;
-  std::string error;  // why it could not start
-};
-
-// Runs argv (execvp; argv[0] searched on PATH) in its own process group with stdout and stderr
-// to log_path. After timeout_s the whole group gets SIGKILL and timed_out is set.
-ProcResult run_process(const std::vector<std::string>& argv, double timeout_s, const std::string& log_path);
 std::string signal_desc(int sig);  // "SIGSEGV (Segmentation fault)"
 // The last max_lines lines (at most max_bytes) of a file.
 std::string file_tail(const std::string& path, size_t max_bytes = 4000, int max_lines = 25);
