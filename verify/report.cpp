@@ -51,7 +51,11 @@ std::vector<KernelSummary> kernel_summaries(const RunReport& r) {
   std::vector<KernelSummary> ks;
   for (const auto& c : r.cases) {
     auto it = std::find_if(ks.begin(), ks.end(), [&](const KernelSummary& k) { return k.kernel == c.kernel; });
-    if (it == ks.end()) it = ks.insert(ks.end(), KernelSummary{c.kernel});
+    if (it == ks.end()) {
+      KernelSummary k;
+      k.kernel = c.kernel;
+      it = ks.insert(ks.end(), std::move(k));
+    }
     switch (c.verdict) {
       case Verdict::Passed: {
         ++it->passed;
