@@ -23,7 +23,7 @@ else()
 endif()
 include(Catch)
 
-# HDF5 behind one imported target. Header-only fmt and toml++ so that binaries built here link
+# HDF5 behind one imported target. fmt compiled in (assay_fmt) and header-only toml++ so that binaries built here link
 # only libhdf5 and libgomp beyond the C++ runtime (they run on the GPU machine as they are).
 add_library(assay_hdf5 INTERFACE)
 target_include_directories(assay_hdf5 INTERFACE ${HDF5_INCLUDE_DIRS})
@@ -35,8 +35,15 @@ else()
 endif()
 target_compile_definitions(assay_hdf5 INTERFACE ${HDF5_DEFINITIONS})
 
+# fmt: its headers (the header-only target's include directories, without its FMT_HEADER_ONLY)
+# and its implementation compiled once, statically (cmake/fmt_impl.cpp).
+add_library(assay_fmt STATIC ${PROJECT_SOURCE_DIR}/cmake/fmt_impl.cpp)
+target_include_directories(assay_fmt SYSTEM PUBLIC
+                           $<BUILD_INTERFACE:$<TARGET_PROPERTY:fmt::fmt-header-only,INTERFACE_INCLUDE_DIRECTORIES>>)
+set_target_properties(assay_fmt PROPERTIES POSITION_INDEPENDENT_CODE ON)
+
 add_library(assay_thirdparty INTERFACE)
-target_link_libraries(assay_thirdparty INTERFACE fmt::fmt-header-only nlohmann_json::nlohmann_json
+target_link_libraries(assay_thirdparty INTERFACE assay_fmt nlohmann_json::nlohmann_json
                       CLI11::CLI11 Eigen3::Eigen OpenMP::OpenMP_CXX)
 
 # OpenBLAS under Eigen's dense products (EIGEN_USE_BLAS): Debian's OpenMP build

@@ -18,7 +18,7 @@ foreach(_t IN LISTS _assay_libs)
   target_include_directories(${_t} PUBLIC $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}/assay>)
 endforeach()
 
-install(TARGETS ${_assay_libs} assay_thirdparty assay_hdf5 EXPORT assayTargets
+install(TARGETS ${_assay_libs} assay_thirdparty assay_fmt assay_hdf5 EXPORT assayTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/reference/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/assay/reference
         FILES_MATCHING PATTERN "*.h" PATTERN "tests" EXCLUDE)
