@@ -238,7 +238,8 @@ def tensor_lines(case_json):
 def judge(row, listed, problems, not_run):
     """Fills row's passed / expected / not_run from row["verdicts"] ({case: [verdict, reason]}) and
     the upstream's expected.toml entries; appends the unexplained ones to problems. Returns the
-    lines to print. The live run and --docs-from judge the same way."""
+    lines to print as (line, case) with case set where the verdict is unexplained. The live run
+    and --docs-from judge the same way."""
     row["passed"], row["expected"], row["not_run"] = 0, [], []
     lines = []
     for c, (v, reason) in row["verdicts"].items():
@@ -246,7 +247,7 @@ def judge(row, listed, problems, not_run):
         if v == "Failed" and "Unavailable:" in reason:  # the upstream refused this machine for this case
             not_run.append(f"{row['upstream']} {c}: {reason}")
             row["not_run"].append((c, reason))
-            lines.append(f"   NOT RUN: {c}: {reason}")
+            lines.append((f"   NOT RUN: {c}: {reason}", None))
             continue
         if v == "Passed":
             row["passed"] += 1
@@ -256,11 +257,11 @@ def judge(row, listed, problems, not_run):
             continue
         if e and e["verdict"] == v:
             row["expected"].append((c, v, e))
-            lines.append(f"   expected {v}: {c} ({e['kind']}: {e['cause'][:100]})")
+            lines.append((f"   expected {v}: {c} ({e['kind']}: {e['cause'][:100]})", None))
             continue
         problems.append(f"{row['upstream']} {c}: {v}" + (f" (expected.toml says {e['verdict']})" if e else
                                                           " (not in expected.toml)") + f": {reason}")
-        lines.append(f"   UNEXPECTED {v}: {c}: {reason}")
+        lines.append((f"   UNEXPECTED {v}: {c}: {reason}", c))
     return lines
 
 
@@ -339,10 +340,9 @@ def main(argv=None):
             continue
         row["seconds"] = time.perf_counter() - t0
         row["verdicts"] = {c: list(res.get(c, ("no verdict", "", {}))[:2]) for c in cases}
-        for ln in judge(row, listed, problems, not_run):
+        for ln, unexpected_case in judge(row, listed, problems, not_run):
             print(ln)
-            case = ln.split(":")[1].strip() if ln.startswith("   UNEXPECTED") else None
-            for tl in tensor_lines(res.get(case, (None, None, {}))[2]) if case else ():
+            for tl in tensor_lines(res[unexpected_case][2]) if unexpected_case in res else ():
                 print(f"      {tl}")
         print(f"   {row['passed']} passed, {len(row['expected'])} expected non-pass, "
               f"{row['claimed'] - row['passed'] - len(row['expected']) - len(row.get('not_run', []))} unexpected; "

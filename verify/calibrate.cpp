@@ -60,23 +60,30 @@ struct CaseWork {
   std::vector<std::string> lint;
 };
 
-// The usual checks on one variant's outputs (the golden's outputs it writes): per rule, 1 when
-// every output is accepted, 0 when one is rejected, -1 when the rule applies to none of them.
-std::vector<int> judge_baselines(const Golden& g, const std::map<std::string, std::vector<double>>& outs,
-                                 const std::map<std::string, std::vector<double>>* same) {
+// A variant's outputs as the kernel's store leaves them, in the golden's output order (empty where
+// it does not write that output, or writes the wrong number of values).
+std::vector<std::vector<double>> stored_outputs(const Golden& g, const std::map<std::string, std::vector<double>>& outs) {
+  std::vector<std::vector<double>> av(g.outputs.size());
+  for (size_t j = 0; j < g.outputs.size(); ++j)
+    if (auto it = outs.find(g.outputs[j].expected.name);
+        it != outs.end() && it->second.size() == g.outputs[j].expected.data.size())
+      av[j] = stored(g.outputs[j].expected.dtype, it->second);
+  return av;
+}
+
+// The usual checks on one variant's stored outputs (stored_outputs; `same`: the strict emulation's,
+// or null): per rule, 1 when every output it writes is accepted, 0 when one is rejected, -1 when
+// the rule applies to none of them.
+std::vector<int> judge_baselines(const Golden& g, const std::vector<std::vector<double>>& av,
+                                 const std::vector<std::vector<double>>* same) {
   std::vector<int> v(baselines::rules().size(), -1);
   static const std::set<std::string> gates{"beta", "g", "gk", "A", "A_log", "dt", "dt_bias"};
-  for (const auto& o : g.outputs) {
-    const auto it = outs.find(o.expected.name);
-    if (it == outs.end() || it->second.size() != o.expected.data.size()) continue;
-    const std::vector<double> got = stored(o.expected.dtype, it->second);
-    std::vector<double> same_vals;
-    if (same)
-      if (auto s = same->find(o.expected.name); s != same->end() && s->second.size() == got.size())
-        same_vals = stored(o.expected.dtype, s->second);
+  for (size_t j = 0; j < g.outputs.size(); ++j) {
+    const auto& o = g.outputs[j];
+    if (av[j].empty()) continue;
     baselines::OutputValues ov;
-    ov.name = o.expected.name, ov.dtype = o.expected.dtype, ov.got = &got, ov.want = &o.expected.data;
-    ov.same = same_vals.empty() ? nullptr : &same_vals;
+    ov.name = o.expected.name, ov.dtype = o.expected.dtype, ov.got = &av[j], ov.want = &o.expected.data;
+    ov.same = same && !(*same)[j].empty() ? &(*same)[j] : nullptr;
     const std::string& n = ov.name;
     ov.is_gradient = n.size() > 1 && n[0] == 'd' && g.input(n.substr(1)) != nullptr;
     ov.gate_gradient = ov.is_gradient && gates.count(n.substr(1));
@@ -135,6 +142,8 @@ void run_case(const gen::OpDef& op, const TolerancePolicy& policy, const std::ve
     if (!same_precision && v.kind == gen::Variant::Kind::emulation && v.profile == kStrictProfile && !all[vi]->empty())
       same_precision = &*all[vi];
   }
+  std::vector<std::vector<double>> same_av;  // the same-precision reference, stored (--baselines)
+  if (with_baselines && same_precision) same_av = stored_outputs(g, *same_precision);
   for (size_t vi = 0; vi < op.variants.size(); ++vi) {
     const auto& v = op.variants[vi];
     if (!all[vi]) continue;
@@ -148,11 +157,7 @@ void run_case(const gen::OpDef& op, const TolerancePolicy& policy, const std::ve
       judged.push_back(kStrictProfile);
     }
     // The variant's stored outputs in the golden's order (a code's verdict may depend on its scale).
-    std::vector<std::vector<double>> av(g.outputs.size());
-    for (size_t j = 0; j < g.outputs.size(); ++j)
-      if (auto it = outs.find(g.outputs[j].expected.name);
-          it != outs.end() && it->second.size() == g.outputs[j].expected.data.size())
-        av[j] = stored(g.outputs[j].expected.dtype, it->second);
+    const std::vector<std::vector<double>> av = stored_outputs(g, outs);
     for (const auto& prof : judged) {
       CalibrationCell cell;
       cell.variant = v.name, cell.case_name = c.name, cell.profile = prof;
@@ -193,7 +198,7 @@ void run_case(const gen::OpDef& op, const TolerancePolicy& policy, const std::ve
       }
       const std::string& home = v.kind == gen::Variant::Kind::mutant ? std::string(kStrictProfile) : v.profile;
       if (with_baselines && cell.applies && prof == home)
-        cell.baselines = judge_baselines(g, outs, &outs == same_precision ? nullptr : same_precision);
+        cell.baselines = judge_baselines(g, av, &outs == same_precision || same_av.empty() ? nullptr : &same_av);
       w.cells.push_back(std::move(cell));
     }
   }

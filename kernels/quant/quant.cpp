@@ -46,12 +46,13 @@ Support x_bf16(const KernelCase& g) {
 // recipes = true: quant_nvfp4_recipes_v1 (block per thread: TE RN / SR, RHT columnwise, torchao;
 // no 16x16 blocks).
 KernelDef make_nvfp4(bool recipes) {
-  KernelDef d = common::kernel_def("quant", recipes ? "quant_nvfp4_recipes_v1" : "quant_nvfp4_v1", "");
-  d.description = recipes ? "NVFP4 one thread per 16-element block from global memory: TE (round-to-nearest, or "
-                            "stochastic rounding from given random bytes), RHT of the columnwise operand (exact "
-                            "sum, bf16), torchao two-level / single-level; 1x16 blocks only"
-                          : "NVFP4 (TE arithmetic) 1x16 / 16x16 quantize, rowwise + columnwise from one 64x64 smem "
-                            "tile, deterministic integer-max amax, TE dequantize";
+  KernelDef d = common::kernel_def(
+      "quant", recipes ? "quant_nvfp4_recipes_v1" : "quant_nvfp4_v1",
+      recipes ? "NVFP4 one thread per 16-element block from global memory: TE (round-to-nearest, or "
+                "stochastic rounding from given random bytes), RHT of the columnwise operand (exact "
+                "sum, bf16), torchao two-level / single-level; 1x16 blocks only"
+              : "NVFP4 (TE arithmetic) 1x16 / 16x16 quantize, rowwise + columnwise from one 64x64 smem "
+                "tile, deterministic integer-max amax, TE dequantize");
   d.can_implement = [recipes](const KernelCase& g) -> Support {
     const auto p = g.fields;
     const std::string recipe = p.get_string("recipe");
@@ -209,11 +210,12 @@ Fp8Args fp8_args(const CaseFields& p, const DevTensor* x) {
 // v1: every granularity (the readable baseline); v2: DeepSeek 1x128 / 128x128 with N % 4 == 0,
 // x read once with 8-byte lanes.
 KernelDef make_fp8(int version) {
-  KernelDef d = common::kernel_def("quant", fmt::format("quant_fp8_v{}", version), "");
-  d.description = version == 1 ? "FP8 E4M3/E5M2 scaling (TE current scaling or DeepGEMM casts) per tensor / channel / "
-                                 "1x128 / 128x128, deterministic amax, dequantize"
-                               : "FP8 DeepSeek 1x128 (warp per group) and 128x128 (CTA per group, registers) casts, "
-                                 "x read once with 8-byte lanes, N % 4 == 0; the same bits as v1";
+  KernelDef d = common::kernel_def(
+      "quant", fmt::format("quant_fp8_v{}", version),
+      version == 1 ? "FP8 E4M3/E5M2 scaling (TE current scaling or DeepGEMM casts) per tensor / channel / "
+                     "1x128 / 128x128, deterministic amax, dequantize"
+                   : "FP8 DeepSeek 1x128 (warp per group) and 128x128 (CTA per group, registers) casts, "
+                     "x read once with 8-byte lanes, N % 4 == 0; the same bits as v1");
   d.can_implement = [version](const KernelCase& g) -> Support {
     const auto p = g.fields;
     const std::string recipe = p.get_string("recipe");
