@@ -287,7 +287,7 @@ CalibrationReport calibrate(const CalibrateOptions& o) {
     if (!op) throw InputError(fmt::format("--op {}: unknown op (known: {})", opname, fmt::join(gen::op_names(), ", ")));
     const std::string fpath = (fs::path(o.fixtures_dir) / (opname + ".toml")).string();
     const gen::Fixture fx = gen::load_fixture(fpath);
-    const TolerancePolicy policy = TolerancePolicy::for_ops(o.fixtures_dir, {opname});
+    const TolerancePolicy policy = TolerancePolicy::for_fixture(fx);
     OpCalibration oc;
     oc.op = opname;
     oc.baselines = o.baselines;

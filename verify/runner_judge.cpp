@@ -8,9 +8,7 @@
 
 #include "reference/core/check.h"
 #include "verify/candidate.h"
-#include "verify/compare.h"
 #include "verify/compare_dir.h"
-#include "verify/error_profile.h"
 #include "verify/h5.h"
 #include "verify/runner_internal.h"
 #include "verify/sanitize.h"
@@ -107,21 +105,21 @@ std::vector<uint64_t> read_codes(const h5::File& f, const std::string& ds, const
 
 namespace runner_detail {
 
-// Compares a clean worker's candidate: fills tensors, verdict and reason.
+// Compares a clean worker's candidate: fills tensors, verdict and reason. The candidate is judged
+// the way `assay compare` judges a file (judge_candidate: every output, then the intermediates the
+// kernel wrote) under the kernel's declared profile; the runs after the first only feed the
+// bitwise determinism check.
 void judge(CaseResult& cr, const Golden& g, const kernels::KernelDef& k, const std::string& cand_path, int runs,
            const TolerancePolicy& policy, const std::string& repro_dir) {
   const auto f = h5::File::open_read(cand_path);
-  std::vector<std::vector<double>> actual;
-  std::vector<Tolerance> tols;
-  bool all_ok = true;
+  CandidateJudging how;
+  how.profile = k.profile;
+  CandidateResult res = judge_candidate(g, policy, f, how);
   std::vector<std::string> diffs;
-  // Every output is read before any is judged: a code's verdict may depend on its block's scale
-  // (Output::scaled_by, compare_output).
   for (const auto& o : g.outputs) {
     const auto& e = o.expected;
+    if (runs <= 1) break;
     const auto c0 = read_codes(f, "/outputs/" + e.name, e);
-    std::vector<double> a(c0.size());
-    for (size_t i = 0; i < a.size(); ++i) a[i] = worker::decode_code(e.dtype, c0[i]);
     for (int r = 1; r < runs; ++r) {
       const auto cr_ = read_codes(f, fmt::format("/run{}/{}", r, e.name), e);
       int64_t nd = 0, first = -1;
@@ -135,21 +133,19 @@ void judge(CaseResult& cr, const Golden& g, const kernels::KernelDef& k, const s
                                     e.name, r, nd, c0.size(), e.index_str(first), c0[static_cast<size_t>(first)],
                                     cr_[static_cast<size_t>(first)]));
     }
-    actual.push_back(std::move(a));
   }
-  for (size_t j = 0; j < g.outputs.size(); ++j) {
-    cr.tensors.push_back(compare_output(policy, g.prov.op, g.outputs, j, actual, k.profile));
-    attach_error_profile(cr.tensors.back(), g.outputs[j], actual[j]);
-    tols.push_back(cr.tensors.back().tol);
-    all_ok = all_ok && cr.tensors.back().verdict == Verdict::Passed;
+  // judge_candidate's reports and values: the outputs in golden order, then the intermediates.
+  const size_t n_out = g.outputs.size();
+  std::vector<std::vector<double>> actual(res.actual.begin(), res.actual.begin() + static_cast<std::ptrdiff_t>(n_out));
+  std::vector<Tolerance> tols;
+  size_t n_inter = 0;
+  for (auto& t : res.reports) {
+    if (!t.intermediate) tols.push_back(t.tol);
+    else ++n_inter;
+    cr.tensors.push_back(std::move(t));
   }
-  // Intermediates the kernel wrote (run 0 only): judged in rows of their own, after the outputs.
-  CandidateResult inter;
-  inter.profile = k.profile;
-  judge_intermediates(g, policy, f, inter);
-  for (auto& t : inter.reports) cr.tensors.push_back(std::move(t));
-  for (auto& n : inter.notes) cr.findings.push_back(std::move(n));
-  all_ok = all_ok && inter.verdict == Verdict::Passed;
+  for (auto& n : res.notes) cr.findings.push_back(std::move(n));
+  const bool all_ok = res.verdict == Verdict::Passed;
   for (const auto& d : diffs) cr.findings.push_back((k.deterministic ? "nondeterministic: " : "(declared nondeterministic) ") + d);
   if (!all_ok) {
     cr.verdict = Verdict::Incorrect;
@@ -159,8 +155,8 @@ void judge(CaseResult& cr, const Golden& g, const kernels::KernelDef& k, const s
     cr.reason = "not bitwise reproducible: " + diffs.front();
   } else {
     cr.verdict = Verdict::Passed;
-    cr.reason = fmt::format("{} output(s){} within tolerance{}", g.outputs.size(),
-                            inter.reports.empty() ? std::string() : fmt::format(" and {} intermediate(s)", inter.reports.size()),
+    cr.reason = fmt::format("{} output(s){} within tolerance{}", n_out,
+                            n_inter == 0 ? std::string() : fmt::format(" and {} intermediate(s)", n_inter),
                             k.deterministic ? fmt::format(", {} runs bitwise identical", runs) : std::string());
   }
   if (cr.verdict == Verdict::Incorrect && !repro_dir.empty()) {

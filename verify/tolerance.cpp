@@ -2,15 +2,13 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <set>
-#include <sstream>
 
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
+#include "fixtures/gen/case.h"
 #include "reference/core/check.h"
-#include "reference/core/toml_text.h"
 
 namespace assay {
 
@@ -54,18 +52,18 @@ Tolerance default_tolerance(DType t) {
   return r;
 }
 
-void TolerancePolicy::add_file(const std::string& path) {
-  toml::table doc;
-  {
-    std::error_code ec;
-    if (!std::filesystem::is_regular_file(path, ec)) throw InputError(fmt::format("{}: not a regular file (a fixture is a TOML file)", path));
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw InputError(fmt::format("{}: cannot open fixture file", path));
-    std::stringstream ss;
-    ss << in.rdbuf();
-    doc = parse_toml(ss.str(), path);  // nesting bounded (toml_text.h)
-  }
-  const auto op = doc["op"].value<std::string>().value_or(std::filesystem::path(path).stem().string());
+void TolerancePolicy::add_file(const std::string& path) { add_fixture(gen::load_fixture(path)); }
+
+TolerancePolicy TolerancePolicy::for_fixture(const gen::Fixture& fx) {
+  TolerancePolicy p;
+  p.add_fixture(fx);
+  return p;
+}
+
+void TolerancePolicy::add_fixture(const gen::Fixture& fx) {
+  const toml::table& doc = fx.doc;
+  const std::string& path = fx.path;
+  const std::string& op = fx.op;
   const auto fname = std::filesystem::path(path).filename().string();
   if (const auto* pn = doc.get("profiles")) {
     const auto* pt = pn->as_table();

@@ -31,6 +31,9 @@
 #include "reference/core/dtype.h"
 
 namespace assay {
+namespace gen {
+struct Fixture;  // fixtures/gen/case.h: the one reader of fixture files
+}
 
 struct Tolerance {
   double atol = 0, rtol = 0, bound_k = 0;
@@ -74,7 +77,12 @@ class TolerancePolicy {
   // when a <fixtures_dir>/<op>.toml does not exist; an empty fixtures_dir gives the per-dtype
   // defaults only (library callers that judge without fixtures).
   static TolerancePolicy for_ops(const std::string& fixtures_dir, const std::vector<std::string>& ops);
-  // Reads one fixture file's [profiles] and [[tolerance]] tables.
+  // The policy of one fixture already read (gen::load_fixture parses every fixture file: this
+  // class never opens one itself).
+  static TolerancePolicy for_fixture(const gen::Fixture& fx);
+  // Adds one fixture's [profiles] and [[tolerance]] tables. InputError naming the file and entry.
+  void add_fixture(const gen::Fixture& fx);
+  // add_fixture(gen::load_fixture(path)).
   void add_file(const std::string& path);
   // Throws InputError if `profile` is neither "strict" nor declared by the op's fixture.
   Tolerance lookup(std::string_view op, std::string_view output, DType dtype,

@@ -187,7 +187,7 @@ int run_gen(const GenOpts& o, const Common& common) {
   // Each op's tolerance policy: a golden whose own /rounded codes its strict rule rejects is never
   // written (check_rounded_accepted).
   std::map<std::string, TolerancePolicy> policies;
-  for (const auto& name : ops) policies[name] = TolerancePolicy::for_ops(fixtures_dir, {name});
+  for (const auto& fx : fixtures) policies[fx->op] = TolerancePolicy::for_fixture(*fx);
 
 #pragma omp parallel for schedule(dynamic, 1) num_threads(o.jobs > 0 ? o.jobs : omp_get_max_threads())
   for (int i = 0; i < n; ++i) {
