@@ -6,28 +6,29 @@
 # package.consumer builds it against a fresh install).
 #
 # Installed: assay_core (dtype codecs, tensors), assay_ref_<op> (the oracles), assay_gen (portable
-# RNG, case files, input builder), assay_verify (HDF5 golden and candidate I/O, tolerance policy,
-# compare, staleness), headers under include/assay/{reference,fixtures/gen,verify}/ with the same
+# RNG, case files, input builder), assay_verify (= assay_golden_io: HDF5 golden I/O and staleness,
+# + assay_judge: candidate files, tolerance policy, compare), headers under include/assay/{reference,fixtures/gen,verify}/ with the same
 # relative paths as in this tree.
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 get_property(_assay_oracles GLOBAL PROPERTY ASSAY_ORACLE_LIBS)
-set(_assay_libs assay_core assay_gen assay_verify ${_assay_oracles})
+set(_assay_libs assay_core assay_gen assay_golden_io assay_judge ${_assay_oracles})
 foreach(_t IN LISTS _assay_libs)
   target_include_directories(${_t} PUBLIC $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}/assay>)
 endforeach()
 
-install(TARGETS ${_assay_libs} assay_thirdparty assay_fmt assay_hdf5 EXPORT assayTargets
+install(TARGETS ${_assay_libs} assay_verify assay_thirdparty assay_fmt assay_hdf5 EXPORT assayTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/reference/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/assay/reference
         FILES_MATCHING PATTERN "*.h" PATTERN "tests" EXCLUDE)
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/fixtures/gen/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/assay/fixtures/gen
         FILES_MATCHING PATTERN "*.h")
-install(FILES ${PROJECT_SOURCE_DIR}/verify/golden.h ${PROJECT_SOURCE_DIR}/verify/h5.h ${PROJECT_SOURCE_DIR}/verify/candidate.h
-              ${PROJECT_SOURCE_DIR}/verify/compare.h ${PROJECT_SOURCE_DIR}/verify/tolerance.h
-              ${PROJECT_SOURCE_DIR}/verify/stale.h ${PROJECT_SOURCE_DIR}/verify/verdict.h
-        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/assay/verify)
+install(FILES ${PROJECT_SOURCE_DIR}/verify/io/golden.h ${PROJECT_SOURCE_DIR}/verify/io/h5.h ${PROJECT_SOURCE_DIR}/verify/io/stale.h
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/assay/verify/io)
+install(FILES ${PROJECT_SOURCE_DIR}/verify/judge/candidate.h ${PROJECT_SOURCE_DIR}/verify/judge/compare.h
+              ${PROJECT_SOURCE_DIR}/verify/judge/tolerance.h ${PROJECT_SOURCE_DIR}/verify/judge/verdict.h
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/assay/verify/judge)
 install(EXPORT assayTargets NAMESPACE assay:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/assay)
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/assayConfig.cmake.in
                               ${PROJECT_BINARY_DIR}/assayConfig.cmake

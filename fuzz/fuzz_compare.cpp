@@ -7,7 +7,7 @@
 // `dtype` attribute and its values, which may be the golden's, perturbed, raw bytes, NaN/Inf
 // payloads; an optional root `precision_profile`) and picks the command-line options (--profile,
 // --atol, --rtol, --output). Then it runs what run_compare in verify/cli/cmd_compare.cpp runs once
-// the golden is read and fresh: open_read, assay::judge_candidate (verify/candidate.h: profile
+// the golden is read and fresh: open_read, assay::judge_candidate (verify/judge/candidate.h: profile
 // resolution, read_candidate, compare_with_policy or the --atol/--rtol override), and both report
 // forms (TensorReport::summary() lines, tensor_json and dump).
 //
@@ -34,12 +34,12 @@
 #include <nlohmann/json.hpp>
 
 #include "fuzz/common.h"
-#include "verify/candidate.h"
-#include "verify/compare.h"
-#include "verify/golden.h"
-#include "verify/h5.h"
-#include "verify/report.h"
-#include "verify/tolerance.h"
+#include "verify/judge/candidate.h"
+#include "verify/judge/compare.h"
+#include "verify/io/golden.h"
+#include "verify/io/h5.h"
+#include "verify/report/report.h"
+#include "verify/judge/tolerance.h"
 
 namespace {
 

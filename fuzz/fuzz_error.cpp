@@ -1,5 +1,5 @@
 // fuzz_error: the `<case>.error` files of `assay compare --golden-dir D --candidate-dir C`
-// (verify/compare_dir.cpp), written by whoever produced the candidates.
+// (verify/run/compare_dir.cpp), written by whoever produced the candidates.
 //
 // Fixed subject, made once per process: D holds one valid golden (scaled_add/normal_odd_shape).
 // Per input, C/normal_odd_shape.error is made from the bytes: the first byte picks what it is
@@ -19,8 +19,8 @@
 #include <string>
 
 #include "fuzz/common.h"
-#include "verify/compare_dir.h"
-#include "verify/safe_files.h"
+#include "verify/run/compare_dir.h"
+#include "verify/io/safe_files.h"
 
 namespace fs = std::filesystem;
 

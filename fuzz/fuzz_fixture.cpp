@@ -19,7 +19,7 @@
 #include "fixtures/gen/case.h"
 #include "fixtures/gen/op.h"
 #include "fuzz/common.h"
-#include "verify/tolerance.h"
+#include "verify/judge/tolerance.h"
 
 namespace {
 

@@ -14,10 +14,10 @@
 #include <vector>
 
 #include "fuzz/common.h"
-#include "verify/candidate.h"
-#include "verify/golden.h"
-#include "verify/h5.h"
-#include "verify/stale.h"
+#include "verify/judge/candidate.h"
+#include "verify/io/golden.h"
+#include "verify/io/h5.h"
+#include "verify/io/stale.h"
 
 namespace {
 

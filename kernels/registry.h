@@ -84,7 +84,7 @@ struct KernelDef {
   std::string op, name, description;
   std::string source = "builtin";  // or the plugin path
   bool deterministic = true;
-  // How the kernel computes (verify/tolerance.h): "strict", or a profile its op's fixture declares.
+  // How the kernel computes (verify/judge/tolerance.h): "strict", or a profile its op's fixture declares.
   std::string profile = "strict";
   std::function<Support(const KernelCase&)> can_implement;
   std::function<std::string(LaunchContext&)> launch;

@@ -7,8 +7,8 @@
 
 #include "reference/core/check.h"
 #include "reference/scaled_add/scaled_add.h"
-#include "verify/golden.h"
-#include "verify/stale.h"
+#include "verify/io/golden.h"
+#include "verify/io/stale.h"
 
 int main(int argc, char** argv) {
   if (argc != 2) {

@@ -1,5 +1,5 @@
 # assay.candidate: writes a candidate HDF5 file (a kernel's outputs under the golden's names) that
-# `assay compare` reads (verify/candidate.h). Everything is checked before any file is created, and
+# `assay compare` reads (verify/judge/candidate.h). Everything is checked before any file is created, and
 # the file is written to a temp name and renamed, so a candidate is whole or absent. The path must be
 # a regular file or nothing (a directory, symlink, FIFO or device is refused) and never the golden.
 """Write candidate files for ``assay compare``.

@@ -1,11 +1,11 @@
 // assay bisect: where a numerical regression starts.
 //   assay bisect GOLDEN CANDIDATE                 where one candidate first goes wrong: the first
 //                                                 bad position (and chunk) of each output
-//                                                 (verify/bisect.h, cmd_bisect_pair.cpp)
+//                                                 (verify/bisect/bisect.h, cmd_bisect_pair.cpp)
 //   assay bisect --kernel K --case C [--plugin P]  the same for a kernel run on the GPU
 //                                                 (cmd_bisect_pair.cpp)
 //   assay bisect --git GOOD BAD [options] -- BUILD_CMD...
-//                                                 the first bad commit (verify/bisect_git.h)
+//                                                 the first bad commit (verify/bisect/bisect_git.h)
 #include <signal.h>
 
 #include <iostream>
@@ -16,9 +16,9 @@
 
 #include "assay_build.h"
 #include "reference/core/check.h"
-#include "verify/bisect_git.h"
+#include "verify/bisect/bisect_git.h"
 #include "verify/cli/cli.h"
-#include "verify/verdict.h"
+#include "verify/judge/verdict.h"
 
 namespace assay::cli {
 namespace {

@@ -1,4 +1,4 @@
-// assay bisect GOLDEN CANDIDATE: where one candidate first goes wrong (verify/bisect.h). The golden
+// assay bisect GOLDEN CANDIDATE: where one candidate first goes wrong (verify/bisect/bisect.h). The golden
 // is checked for staleness and the candidate is read and judged exactly as `assay compare` does.
 // assay bisect --kernel K --case C: the same for a registered or plugin kernel, run on the GPU by
 // the verify runner first.
@@ -8,12 +8,12 @@
 #include <fmt/format.h>
 
 #include "reference/core/check.h"
-#include "verify/bisect.h"
+#include "verify/bisect/bisect.h"
 #include "verify/cli/cli.h"
-#include "verify/golden.h"
-#include "verify/h5.h"
-#include "verify/runner.h"
-#include "verify/stale.h"
+#include "verify/io/golden.h"
+#include "verify/io/h5.h"
+#include "verify/run/runner.h"
+#include "verify/io/stale.h"
 
 namespace assay::cli {
 

@@ -1,5 +1,5 @@
 // assay calibrate [--op OP]... [--case GLOB] [--json] [--json-file F] [-v] [--baselines]: the kill matrix and the
-// precision-emulation margins of each op's tolerance policy (verify/calibrate.h). Exit 0 when
+// precision-emulation margins of each op's tolerance policy (verify/calibrate/calibrate.h). Exit 0 when
 // every op calibrates, 1 when one does not, 2 on bad input.
 #include <iostream>
 #include <memory>
@@ -7,11 +7,11 @@
 #include <fmt/format.h>
 
 #include "reference/core/check.h"
-#include "verify/calibrate.h"
+#include "verify/calibrate/calibrate.h"
 #include "verify/cli/cli.h"
-#include "verify/report_html.h"
-#include "verify/safe_files.h"
-#include "verify/verdict.h"
+#include "verify/report/report_html.h"
+#include "verify/io/safe_files.h"
+#include "verify/judge/verdict.h"
 
 namespace assay::cli {
 

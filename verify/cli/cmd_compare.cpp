@@ -2,9 +2,9 @@
 // /outputs/<name> or /<name>) against a golden. This is how Python, Triton, TileLang and CuTe
 // kernels are checked: read the golden's /inputs, run the kernel, write the candidate, compare.
 // assay compare --golden-dir D --candidate-dir C: every golden of D against C/<same path>
-// (verify/compare_dir.h), with the reports of `assay verify` (--json-file, --junit, --html).
+// (verify/run/compare_dir.h), with the reports of `assay verify` (--json-file, --junit, --html).
 //
-// The candidate is judged under a precision profile (verify/tolerance.h): `--profile P`, else the
+// The candidate is judged under a precision profile (verify/judge/tolerance.h): `--profile P`, else the
 // candidate's root attribute `precision_profile`, else "strict"; both given and different is an
 // error. `--atol/--rtol` replace the selected entry's atol and rtol (and turn `exact` off); its
 // bound_k and period stay.
@@ -23,15 +23,15 @@
 #include "assay_git_rev.h"
 #include "reference/core/check.h"
 #include "verify/cli/cli.h"
-#include "verify/candidate.h"
-#include "verify/compare.h"
-#include "verify/compare_dir.h"
-#include "verify/golden.h"
-#include "verify/h5.h"
-#include "verify/report.h"
-#include "verify/report_html.h"
-#include "verify/safe_files.h"
-#include "verify/stale.h"
+#include "verify/judge/candidate.h"
+#include "verify/judge/compare.h"
+#include "verify/run/compare_dir.h"
+#include "verify/io/golden.h"
+#include "verify/io/h5.h"
+#include "verify/report/report.h"
+#include "verify/report/report_html.h"
+#include "verify/io/safe_files.h"
+#include "verify/io/stale.h"
 
 namespace assay::cli {
 namespace {

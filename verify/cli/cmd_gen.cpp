@@ -2,7 +2,7 @@
 //   assay gen [--op OP]... [--case GLOB] [--level L0|L1|L2] [--out DIR] [--check] [--list] [-j N]
 // --check regenerates in memory and compares with the stored goldens and MANIFEST: inputs
 // bit-identical, outputs within 1e-12 relative, the stored file's own content hashes intact
-// (verify/stale.h); missing, orphaned or stale files are reported, and how many are bit-identical.
+// (verify/io/stale.h); missing, orphaned or stale files are reported, and how many are bit-identical.
 #include <fnmatch.h>
 #include <omp.h>
 #include <signal.h>
@@ -28,11 +28,11 @@
 #include "fixtures/gen/op.h"
 #include "reference/core/check.h"
 #include "verify/cli/cli.h"
-#include "verify/compare.h"
-#include "verify/golden.h"
-#include "verify/safe_files.h"
-#include "verify/stale.h"
-#include "verify/verdict.h"
+#include "verify/judge/compare.h"
+#include "verify/io/golden.h"
+#include "verify/io/safe_files.h"
+#include "verify/io/stale.h"
+#include "verify/judge/verdict.h"
 
 namespace fs = std::filesystem;
 

@@ -14,11 +14,11 @@
 #include <nlohmann/json.hpp>
 
 #include "verify/cli/cli.h"
-#include "verify/safe_files.h"
+#include "verify/io/safe_files.h"
 #include "reference/core/check.h"
-#include "verify/golden.h"
-#include "verify/h5.h"
-#include "verify/verdict.h"
+#include "verify/io/golden.h"
+#include "verify/io/h5.h"
+#include "verify/judge/verdict.h"
 
 namespace assay::cli {
 namespace {

@@ -1,4 +1,4 @@
-// assay verify: registered and plugin kernels vs goldens on the GPU (verify/runner.h), and the
+// assay verify: registered and plugin kernels vs goldens on the GPU (verify/run/runner.h), and the
 // hidden `assay __worker` subcommand that runs one (kernel, golden) in its own process.
 #include <cstdio>
 #include <filesystem>
@@ -12,11 +12,11 @@
 #include "assay_git_rev.h"
 #include "reference/core/check.h"
 #include "verify/cli/cli.h"
-#include "verify/report_html.h"
-#include "verify/runner.h"
-#include "verify/safe_files.h"
-#include "verify/sanitize.h"
-#include "verify/worker.h"
+#include "verify/report/report_html.h"
+#include "verify/run/runner.h"
+#include "verify/io/safe_files.h"
+#include "verify/run/sanitize.h"
+#include "verify/run/worker.h"
 
 #ifndef ASSAY_CUDA
 namespace assay::worker {
@@ -112,7 +112,7 @@ void add_verify(CLI::App& app, Common& common, int& rc) {
 }
 
 // assay sanitize --tool memcheck|racecheck|synccheck|initcheck [verify options]: the same run with
-// every worker under compute-sanitizer (verify/sanitize.h); errors or a missing summary -> Failed.
+// every worker under compute-sanitizer (verify/run/sanitize.h); errors or a missing summary -> Failed.
 void add_sanitize(CLI::App& app, Common& common, int& rc) {
   auto v = std::make_shared<VerifyCli>();
   v->o.timeout_s = 600;

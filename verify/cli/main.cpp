@@ -14,8 +14,8 @@
 #include "reference/core/prefault.h"
 #include "reference/core/tensor.h"
 #include "verify/cli/cli.h"
-#include "verify/safe_files.h"
-#include "verify/verdict.h"
+#include "verify/io/safe_files.h"
+#include "verify/judge/verdict.h"
 
 namespace assay::cli {
 

@@ -39,7 +39,7 @@ inline std::string slurp(const std::filesystem::path& p) {
   return std::string((std::istreambuf_iterator<char>(in)), {});
 }
 
-// How the HTML report (verify/report_html.cpp) escapes text: & < > ".
+// How the HTML report (verify/report/report_html.cpp) escapes text: & < > ".
 inline std::string html_escaped(const std::string& s) {
   std::string o;
   for (char c : s) {

@@ -1,10 +1,10 @@
-// The usual checks as `assay calibrate --baselines` applies them (verify/baselines.h): each rule on
+// The usual checks as `assay calibrate --baselines` applies them (verify/calibrate/baselines.h): each rule on
 // hand-made tensors whose verdict follows from the rule's own numbers.
 #include <cmath>
 #include <vector>
 
 #include "catch_compat.h"
-#include "verify/baselines.h"
+#include "verify/calibrate/baselines.h"
 
 using namespace assay;
 using baselines::Verdict;

@@ -1,4 +1,4 @@
-// `assay bisect GOLDEN CANDIDATE` over the outputs (verify/bisect.h): a candidate that goes wrong
+// `assay bisect GOLDEN CANDIDATE` over the outputs (verify/bisect/bisect.h): a candidate that goes wrong
 // from a position chosen by the test on is bisected to exactly that position and its chunk.
 #include <cmath>
 #include <filesystem>
@@ -12,10 +12,10 @@
 #include "fixtures/gen/case.h"
 #include "fixtures/gen/inputs.h"
 #include "fixtures/gen/op.h"
-#include "verify/bisect.h"
-#include "verify/stale.h"
-#include "verify/golden.h"
-#include "verify/h5.h"
+#include "verify/bisect/bisect.h"
+#include "verify/io/stale.h"
+#include "verify/io/golden.h"
+#include "verify/io/h5.h"
 
 using namespace assay;
 namespace fs = std::filesystem;

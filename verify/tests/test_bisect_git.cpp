@@ -1,4 +1,4 @@
-// `assay bisect --git` (verify/bisect_git.h), end to end: a temp git repository holding a tiny
+// `assay bisect --git` (verify/bisect/bisect_git.h), end to end: a temp git repository holding a tiny
 // C++ kernel (scaled_add: out = alpha*x + beta*y in bf16) that writes a real candidate for the
 // committed golden golden/scaled_add/int_exact.h5; one commit plants a bug (alpha and beta swapped),
 // one does not build. The assay binary is run as a separate process.
@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "catch_compat.h"
-#include "verify/bisect_git.h"
+#include "verify/bisect/bisect_git.h"
 #include "verify/tests/cli_helpers.h"
 
 namespace fs = std::filesystem;

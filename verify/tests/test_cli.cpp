@@ -9,8 +9,8 @@
 #include <sstream>
 
 #include "catch_compat.h"
-#include "verify/golden.h"
-#include "verify/h5.h"
+#include "verify/io/golden.h"
+#include "verify/io/h5.h"
 #include "verify/tests/cli_helpers.h"
 
 using namespace assay;

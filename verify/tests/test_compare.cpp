@@ -2,8 +2,8 @@
 #include <limits>
 
 #include "catch_compat.h"
-#include "verify/compare.h"
-#include "verify/tolerance.h"
+#include "verify/judge/compare.h"
+#include "verify/judge/tolerance.h"
 
 using namespace assay;
 

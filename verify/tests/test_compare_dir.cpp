@@ -7,11 +7,11 @@
 #include <nlohmann/json.hpp>
 
 #include "catch_compat.h"
-#include "verify/error_profile.h"
-#include "verify/golden.h"
-#include "verify/h5.h"
+#include "verify/judge/error_profile.h"
+#include "verify/io/golden.h"
+#include "verify/io/h5.h"
 #include "verify/tests/cli_helpers.h"
-#include "verify/tolerance.h"
+#include "verify/judge/tolerance.h"
 
 using namespace assay;
 namespace fs = std::filesystem;

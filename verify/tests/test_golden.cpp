@@ -9,9 +9,9 @@
 #include "catch_compat.h"
 #include "fixtures/gen/inputs.h"
 #include "reference/core/check.h"
-#include "verify/golden.h"
-#include "verify/h5.h"
-#include "verify/stale.h"
+#include "verify/io/golden.h"
+#include "verify/io/h5.h"
+#include "verify/io/stale.h"
 
 using namespace assay;
 namespace fs = std::filesystem;

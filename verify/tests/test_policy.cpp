@@ -7,10 +7,10 @@
 
 #include "catch_compat.h"
 #include "reference/core/check.h"
-#include "verify/calibrate.h"
-#include "verify/compare.h"
-#include "verify/golden.h"
-#include "verify/tolerance.h"
+#include "verify/calibrate/calibrate.h"
+#include "verify/judge/compare.h"
+#include "verify/io/golden.h"
+#include "verify/judge/tolerance.h"
 
 using namespace assay;
 namespace fs = std::filesystem;

@@ -15,14 +15,14 @@
 #include "catch_compat.h"
 #include "kernels/registry.h"
 #include "reference/core/check.h"
-#include "verify/error_profile.h"
-#include "verify/kernel_case.h"
-#include "verify/report.h"
-#include "verify/report_html.h"
+#include "verify/judge/error_profile.h"
+#include "verify/run/kernel_case.h"
+#include "verify/report/report.h"
+#include "verify/report/report_html.h"
 #include "verify/tests/cli_helpers.h"
-#include "verify/runner.h"
-#include "verify/sanitize.h"
-#include "verify/worker.h"
+#include "verify/run/runner.h"
+#include "verify/run/sanitize.h"
+#include "verify/run/worker.h"
 
 using namespace assay;
 namespace fs = std::filesystem;

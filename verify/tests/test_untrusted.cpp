@@ -20,13 +20,13 @@
 
 #include "catch_compat.h"
 #include "reference/core/check.h"
-#include "verify/compare.h"
-#include "verify/golden.h"
-#include "verify/h5.h"
-#include "verify/stale.h"
+#include "verify/judge/compare.h"
+#include "verify/io/golden.h"
+#include "verify/io/h5.h"
+#include "verify/io/stale.h"
 #include "fixtures/gen/case.h"
 #include "verify/tests/cli_helpers.h"
-#include "verify/tolerance.h"
+#include "verify/judge/tolerance.h"
 
 using namespace assay;
 namespace fs = std::filesystem;

@@ -1,0 +1,532 @@
+#include "verify/io/golden.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <variant>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "fixtures/gen/philox.h"
+#include "reference/core/check.h"
+#include "verify/io/h5.h"
+#include "verify/io/safe_files.h"
+
+namespace assay {
+
+const Output* Golden::output(std::string_view name) const {
+  for (const auto& o : outputs)
+    if (o.expected.name == name) return &o;
+  return nullptr;
+}
+const Tensor* Golden::input(std::string_view name) const {
+  for (const auto& t : inputs)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+const Tensor* Golden::intermediate(std::string_view name) const {
+  for (const auto& t : intermediates)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+std::optional<Output> Golden::intermediate_output(std::string_view name) const {
+  const Tensor* t = intermediate(name);
+  if (!t) return std::nullopt;
+  Output o;
+  o.expected = *t;
+  if (const auto b = intermediate_bounds.find(std::string(name)); b != intermediate_bounds.end()) o.bound = b->second;
+  // Non-finite expected values (an empty split's -inf LSE) must then be matched exactly.
+  o.allow_nonfinite = std::any_of(t->data.begin(), t->data.end(), [](double x) { return !std::isfinite(x); });
+  return o;
+}
+
+std::string golden_rel_path(const std::string& op, const std::string& case_name) {
+  return op + "/" + case_name + ".h5";
+}
+
+static h5::Elem code_elem(DType t) {
+  switch (info(t).storage_bytes) {
+    case 1: return t == DType::i8 ? h5::Elem::i8 : h5::Elem::u8;
+    case 2: return h5::Elem::u16;
+    case 4: return t == DType::i32 ? h5::Elem::i32 : h5::Elem::u32;
+    default: return t == DType::i64 ? h5::Elem::i64 : h5::Elem::u64;
+  }
+}
+
+static std::string join_axes(const std::vector<std::string>& a) {
+  std::string s;
+  for (size_t i = 0; i < a.size(); ++i) s += (i ? "," : "") + a[i];
+  return s;
+}
+static std::vector<std::string> split_axes(const std::string& s) {
+  std::vector<std::string> r;
+  if (s.empty()) return r;
+  size_t p = 0;
+  while (true) {
+    size_t q = s.find(',', p);
+    r.push_back(s.substr(p, q == std::string::npos ? std::string::npos : q - p));
+    if (q == std::string::npos) break;
+    p = q + 1;
+  }
+  return r;
+}
+
+namespace {
+// Length-prefixed pieces, so that ("ab","c") and ("a","bc") hash differently.
+struct Hasher {
+  uint64_t h = 0xcbf29ce484222325ull;
+  Hasher& str(std::string_view s) {
+    const uint64_t n = s.size();
+    h = gen::fnv1a64(&n, sizeof n, h);
+    h = gen::fnv1a64(s.data(), s.size(), h);
+    return *this;
+  }
+  template <class T>
+  Hasher& vec(const std::vector<T>& v) {  // little-endian host (as the HDF5 element types)
+    const uint64_t n = v.size();
+    h = gen::fnv1a64(&n, sizeof n, h);
+    h = gen::fnv1a64(v.data(), v.size() * sizeof(T), h);
+    return *this;
+  }
+  Hasher& f64(double x) { return vec(std::vector<double>{x}); }
+  std::string hex() const { return fmt::format("{:016x}", h); }
+};
+}  // namespace
+
+std::map<std::string, std::string> golden_hashes(const Golden& g) {
+  std::map<std::string, std::string> m;
+  for (const auto& o : g.outputs) {
+    const auto& e = o.expected;
+    auto head = [&](std::string_view group) {
+      Hasher x;
+      x.str(group).str(e.name).str(shape_str(e.shape));
+      return x;
+    };
+    const auto sf = g.single_form.find(e.name);
+    Hasher he = head("expected");
+    he.str(name(e.dtype)).str(join_axes(e.axes)).str(o.allow_nonfinite ? "1" : "0");
+    he.str(sf == g.single_form.end() ? "" : sf->second).vec(e.data);
+    // Only a golden with a scale link hashes it, so every other golden keeps its hash.
+    if (!o.scaled_by.empty()) he.str(o.scaled_by).str(std::to_string(o.scale_block));
+    m["/expected/" + e.name] = he.hex();
+    if (o.rounded) m["/rounded/" + e.name] = head("rounded").str(name(e.dtype)).vec(*o.rounded).hex();
+    if (o.bound) m["/bounds/" + e.name] = head("bounds").vec(*o.bound).hex();
+    if (o.bound2) m["/bounds2/" + e.name] = head("bounds2").vec(*o.bound2).hex();
+    if (o.allowed_mask) m["/allowed_mask/" + e.name] = head("allowed_mask").vec(*o.allowed_mask).hex();
+    if (o.alt) m["/alt/" + e.name] = head("alt").vec(*o.alt).hex();
+  }
+  for (const auto& t : g.intermediates) {
+    // The dtype enters the hash only when it is not the fp64 default (older goldens stay fresh).
+    Hasher h;
+    h.str("intermediates").str(t.name).str(shape_str(t.shape)).str(join_axes(t.axes));
+    if (t.dtype != DType::f64) h.str(name(t.dtype));
+    m["/intermediates/" + t.name] = h.vec(t.data).hex();
+  }
+  for (const auto& [n, b] : g.intermediate_bounds)
+    m["/intermediate_bounds/" + n] = Hasher().str("intermediate_bounds").str(n).vec(b).hex();
+  return m;
+}
+
+std::string content_hash(const Golden& g) {
+  const auto& p = g.prov;
+  Hasher x;
+  x.str(std::to_string(p.schema_version)).str(p.op).str(p.case_name).str(p.level).str(p.case_toml).str(std::to_string(p.seed)).str(p.rng);
+  for (const auto& a : g.agreement) x.str(a.tensor).str(a.form_a).str(a.form_b).f64(a.max_rel);
+  for (const auto& [k, v] : g.case_fields.all()) {
+    x.str(k).str(std::to_string(v.index()));
+    std::visit(
+        [&](const auto& y) {
+          using T = std::decay_t<decltype(y)>;
+          if constexpr (std::is_same_v<T, std::string>) x.str(y);
+          else if constexpr (std::is_same_v<T, bool>) x.str(y ? "1" : "0");
+          else if constexpr (std::is_same_v<T, int64_t> || std::is_same_v<T, double>) x.vec(std::vector<T>{y});
+          else x.vec(y);
+        },
+        v);
+  }
+  std::vector<size_t> order(g.inputs.size());  // by name: a reader lists them sorted
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return g.inputs[a].name < g.inputs[b].name; });
+  for (const size_t i : order) {
+    const auto& t = g.inputs[i];
+    x.str(t.name).str(name(t.dtype)).str(join_axes(t.axes)).str(shape_str(t.shape)).str(i < g.input_hashes.size() ? g.input_hashes[i] : "");
+  }
+  for (const auto& [path, h] : golden_hashes(g)) x.str(path).str(h);
+  return x.hex();
+}
+
+static void write_codes(h5::File& f, const std::string& ds, DType t, const Shape& shape, const std::vector<uint64_t>& codes) {
+  const auto e = code_elem(t);
+  const int w = info(t).storage_bytes;
+  std::vector<uint8_t> buf(codes.size() * static_cast<size_t>(w));
+  for (size_t i = 0; i < codes.size(); ++i)
+    std::memcpy(buf.data() + i * static_cast<size_t>(w), &codes[i], static_cast<size_t>(w));  // little-endian host
+  f.write(ds, e, shape, buf.data());
+}
+
+void write_golden(const std::string& path, const Golden& g) {
+  namespace fs = std::filesystem;
+  std::lock_guard<std::recursive_mutex> lk(h5::library_mutex());
+  check_output_path(path, "golden");  // never renamed over a device, FIFO, link or an input
+  fs::create_directories(fs::path(path).parent_path());
+  const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
+  try {
+    auto f = h5::File::create(tmp);
+    const auto& p = g.prov;
+    f.set_attr("/", "schema_version", p.schema_version);
+    f.set_attr("/", "op", p.op);
+    f.set_attr("/", "case", p.case_name);
+    f.set_attr("/", "level", p.level);
+    f.set_attr("/", "case_toml", p.case_toml);
+    f.set_attr("/", "seed", fmt::format("{}", p.seed));
+    f.set_attr("/", "rng", p.rng);
+    f.set_attr("/", "generator", p.generator);
+    f.set_attr("/", "git_rev", p.git_rev);
+    f.set_attr("/", "compiler", p.compiler);
+    nlohmann::json agr = nlohmann::json::array();
+    for (const auto& a : g.agreement)
+      agr.push_back({{"tensor", a.tensor}, {"form_a", a.form_a}, {"form_b", a.form_b}, {"max_rel", a.max_rel}});
+    f.set_attr("/", "oracle_agreement", agr.dump());
+
+    for (const char* grp : {"/case", "/inputs", "/expected", "/rounded", "/bounds", "/allowed_mask", "/alt", "/intermediates"})
+      f.create_group(grp);
+    if (!g.intermediate_bounds.empty()) f.create_group("/intermediate_bounds");
+    if (std::any_of(g.outputs.begin(), g.outputs.end(), [](const Output& o) { return o.bound2.has_value(); }))
+      f.create_group("/bounds2");
+    for (const auto& [k, v] : g.case_fields.all()) f.set_attr_value("/case", k, v);
+    for (size_t i = 0; i < g.inputs.size(); ++i) {
+      const auto& t = g.inputs[i];
+      std::vector<uint64_t> codes(t.data.size());
+      for (size_t k = 0; k < codes.size(); ++k) codes[k] = encode(t.dtype, t.data[k]);
+      const std::string ds = "/inputs/" + t.name;
+      write_codes(f, ds, t.dtype, t.shape, codes);
+      f.set_attr(ds, "dtype", std::string(name(t.dtype)));
+      f.set_attr(ds, "axes", join_axes(t.axes));
+      f.set_attr(ds, "fnv1a64", g.input_hashes.at(i));
+    }
+    for (const auto& o : g.outputs) {
+      const auto& e = o.expected;
+      const std::string ds = "/expected/" + e.name;
+      f.write(ds, h5::Elem::f64, e.shape, e.data.data());
+      f.set_attr(ds, "dtype", std::string(name(e.dtype)));
+      f.set_attr(ds, "axes", join_axes(e.axes));
+      f.set_attr(ds, "allow_nonfinite", static_cast<int64_t>(o.allow_nonfinite));
+      if (const auto sf = g.single_form.find(e.name); sf != g.single_form.end()) f.set_attr(ds, "single_form_reason", sf->second);
+      if (!o.scaled_by.empty()) {
+        f.set_attr(ds, "scaled_by", o.scaled_by);
+        f.set_attr(ds, "scale_block", o.scale_block);
+      }
+      if (o.rounded) {
+        write_codes(f, "/rounded/" + e.name, e.dtype, e.shape, *o.rounded);
+        f.set_attr("/rounded/" + e.name, "dtype", std::string(name(e.dtype)));
+      }
+      // Bounds are float32 (gen rounded them up): each value must be exact in float32.
+      for (const auto& [grp, b] : {std::pair{"/bounds/", &o.bound}, std::pair{"/bounds2/", &o.bound2}}) {
+        if (!*b) continue;
+        std::vector<float> b32((*b)->size());
+        for (size_t k = 0; k < b32.size(); ++k) {
+          b32[k] = static_cast<float>((**b)[k]);
+          ASSAY_CHECK(static_cast<double>(b32[k]) == (**b)[k], "{}{} is not float32-representable", grp, e.name);
+        }
+        f.write(grp + e.name, h5::Elem::f32, e.shape, b32.data());
+      }
+      if (o.allowed_mask) f.write("/allowed_mask/" + e.name, h5::Elem::u64, e.shape, o.allowed_mask->data());
+      if (o.alt) f.write("/alt/" + e.name, h5::Elem::f64, e.shape, o.alt->data());
+    }
+    for (const auto& t : g.intermediates) {
+      const std::string ds = "/intermediates/" + t.name;
+      f.write(ds, h5::Elem::f64, t.shape, t.data.data());
+      f.set_attr(ds, "axes", join_axes(t.axes));
+      if (t.dtype != DType::f64) f.set_attr(ds, "dtype", std::string(name(t.dtype)));
+      if (const auto b = g.intermediate_bounds.find(t.name); b != g.intermediate_bounds.end()) {
+        std::vector<uint64_t> codes(b->second.size());
+        for (size_t k = 0; k < codes.size(); ++k) {
+          codes[k] = encode(DType::bf16, b->second[k]);
+          ASSAY_CHECK(decode(DType::bf16, codes[k]) == b->second[k], "intermediate bound {} is not bf16-representable", t.name);
+        }
+        write_codes(f, "/intermediate_bounds/" + t.name, DType::bf16, t.shape, codes);
+        f.set_attr("/intermediate_bounds/" + t.name, "dtype", std::string("bf16"));
+      }
+    }
+    for (const auto& [n, b] : g.intermediate_bounds)
+      ASSAY_CHECK(g.intermediate(n) != nullptr, "a bound for '{}', which is no intermediate", n);
+    for (const auto& [ds, h] : golden_hashes(g)) f.set_attr(ds, "fnv1a64", h);
+    f.set_attr("/", "content_fnv1a64", content_hash(g));
+    f.close();
+    fs::rename(tmp, path);
+  } catch (...) {
+    std::error_code ec;
+    fs::remove(tmp, ec);
+    throw;
+  }
+}
+
+static DType dtype_attr(const h5::File& f, const std::string& ds) {
+  const auto s = f.attr_str(ds, "dtype");
+  auto d = parse_dtype(s);
+  if (!d) throw InputError(fmt::format("{}: {}: unknown dtype '{}'", f.path(), ds, s));
+  return *d;
+}
+
+static std::vector<double> decode_codes(const h5::File& f, const std::string& ds, DType t) {
+  const auto inf = f.info(ds);
+  if (!inf.is_integer || static_cast<int>(inf.elem_size) != info(t).storage_bytes)
+    throw InputError(fmt::format("{}: {}: storage of dtype {} must be {}-byte integers", f.path(), ds, name(t),
+                                 info(t).storage_bytes));
+  auto codes = f.read_u64(ds);
+  std::vector<double> v(codes.size());
+  const int bits = info(t).bits;
+  for (size_t i = 0; i < codes.size(); ++i) {
+    uint64_t c = codes[i];
+    if (bits < 64 && info(t).is_float && (c >> bits) != 0)
+      throw InputError(fmt::format("{}: {}: element {} holds code {:#x}, not a {} code", f.path(), ds, i, c, name(t)));
+    v[i] = decode(t, c);
+  }
+  return v;
+}
+
+static Golden read_golden_here(const std::string& path);
+
+Golden read_golden(const std::string& path) {
+  std::lock_guard<std::recursive_mutex> lk(h5::library_mutex());
+  h5::probe_in_child(path, [&] { (void)read_golden_here(path); });
+  return read_golden_here(path);
+}
+
+static Golden read_golden_here(const std::string& path) {
+  auto f = h5::File::open_read(path);
+  Golden g;
+  auto& p = g.prov;
+  p.schema_version = f.attr_int("/", "schema_version");
+  if (p.schema_version != kSchemaVersion)
+    throw InputError(fmt::format("{}: attribute 'schema_version': {} (this assay reads {}; regenerate with assay gen){}", path,
+                                 p.schema_version, kSchemaVersion,
+                                 p.schema_version == 1 ? ": version 1 goldens carry no content hashes" : ""));
+  p.op = f.attr_str("/", "op");
+  p.case_name = f.attr_str("/", "case");
+  p.level = f.attr_str("/", "level");
+  p.case_toml = f.attr_str("/", "case_toml");
+  {
+    const auto s = f.attr_str("/", "seed");
+    const auto r = std::from_chars(s.data(), s.data() + s.size(), p.seed);
+    if (s.empty() || r.ec != std::errc() || r.ptr != s.data() + s.size())
+      throw InputError(fmt::format("{}: attribute 'seed': '{}' is not a decimal uint64", path, s));
+  }
+  p.rng = f.attr_str("/", "rng");
+  p.generator = f.attr_str("/", "generator");
+  p.git_rev = f.attr_str("/", "git_rev");
+  p.compiler = f.attr_str("/", "compiler");
+  try {
+    for (const auto& a : nlohmann::json::parse(f.attr_str("/", "oracle_agreement")))
+      g.agreement.push_back({a.at("tensor"), a.at("form_a"), a.at("form_b"), a.at("max_rel")});
+  } catch (const nlohmann::json::exception&) {
+    throw InputError(fmt::format("{}: attribute 'oracle_agreement': malformed JSON", path));
+  }
+  if (!f.exists("/case"))
+    throw InputError(fmt::format("{}: /case: missing group (the resolved case fields; regenerate with assay gen)", path));
+  for (const auto& k : f.attr_names("/case")) g.case_fields.set(k, f.attr_value("/case", k));
+  {
+    // The whole file's declared size, before anything is loaded: many datasets each under the
+    // limit must not add up past it (a small file can declare huge chunked datasets).
+    int64_t total = 0;
+    for (const char* grp : {"/inputs", "/expected", "/rounded", "/bounds", "/bounds2", "/allowed_mask", "/alt", "/intermediates",
+                            "/intermediate_bounds"}) {
+      if (!f.exists(grp)) continue;
+      for (const auto& n : f.list(grp)) {
+        const std::string ds = std::string(grp) + "/" + n;
+        try {
+          if (__builtin_add_overflow(total, numel(f.info(ds).shape), &total)) throw InputError("element count overflows");
+        } catch (const InputError& e) {
+          throw InputError(fmt::format("{}: {}: {}", path, ds, e.what()));
+        }
+      }
+    }
+    try {
+      check_memory(total, 16, "its datasets together");
+    } catch (const InputError& e) {
+      throw InputError(fmt::format("{}: {}", path, e.what()));
+    }
+  }
+  for (const auto& n : f.list("/inputs")) {
+    const std::string ds = "/inputs/" + n;
+    Tensor t;
+    t.name = n;
+    t.dtype = dtype_attr(f, ds);
+    t.shape = f.info(ds).shape;
+    t.axes = split_axes(f.attr_str(ds, "axes"));
+    if (t.axes.size() != t.shape.size())
+      throw InputError(fmt::format("{}: {}: {} axes for a rank-{} dataset", path, ds, t.axes.size(), t.shape.size()));
+    t.data = decode_codes(f, ds, t.dtype);
+    g.input_hashes.push_back(f.attr_str(ds, "fnv1a64"));
+    g.inputs.push_back(std::move(t));
+  }
+  for (const auto& n : f.list("/expected")) {
+    const std::string ds = "/expected/" + n;
+    Output o;
+    auto& e = o.expected;
+    e.name = n;
+    e.dtype = dtype_attr(f, ds);
+    const auto inf = f.info(ds);
+    if (!inf.is_float || inf.elem_size != 8) throw InputError(fmt::format("{}: {}: expected outputs must be float64", path, ds));
+    e.shape = inf.shape;
+    e.axes = split_axes(f.attr_str(ds, "axes"));
+    if (e.axes.size() != e.shape.size())
+      throw InputError(fmt::format("{}: {}: {} axes for a rank-{} dataset", path, ds, e.axes.size(), e.shape.size()));
+    e.data = f.read_f64(ds);
+    o.allow_nonfinite = f.has_attr(ds, "allow_nonfinite") && f.attr_int(ds, "allow_nonfinite") != 0;
+    if (f.has_attr(ds, "single_form_reason")) g.single_form[n] = f.attr_str(ds, "single_form_reason");
+    if (f.has_attr(ds, "scaled_by")) {
+      o.scaled_by = f.attr_str(ds, "scaled_by");
+      o.scale_block = f.has_attr(ds, "scale_block") ? f.attr_int(ds, "scale_block") : 0;
+      if (o.scale_block < 1 || o.scale_block > (int64_t{1} << 20))
+        throw InputError(fmt::format("{}: {}: attribute 'scale_block': {} (expected 1 .. 2^20)", path, ds, o.scale_block));
+    }
+    if (f.exists("/rounded/" + n)) {
+      const std::string rd = "/rounded/" + n;
+      if (f.info(rd).shape != e.shape) throw InputError(fmt::format("{}: {}: shape differs from {}", path, rd, ds));
+      o.rounded = f.read_u64(rd);
+    }
+    for (const auto& [grp, b] : {std::pair{"/bounds/", &o.bound}, std::pair{"/bounds2/", &o.bound2}}) {
+      const std::string bd = grp + n;
+      if (!f.exists(bd)) continue;
+      const auto binf = f.info(bd);
+      if (binf.shape != e.shape) throw InputError(fmt::format("{}: {}: shape differs from {}", path, bd, ds));
+      if (!binf.is_float) throw InputError(fmt::format("{}: {}: bounds must be float32 (or float64)", path, bd));
+      *b = f.read_f64(bd);
+    }
+    for (const char* grp : {"/allowed_mask/", "/alt/"}) {
+      const std::string ad = grp + n;
+      if (!f.exists(ad)) continue;
+      if (f.info(ad).shape != e.shape) throw InputError(fmt::format("{}: {}: shape differs from {}", path, ad, ds));
+      if (std::string_view(grp) == "/allowed_mask/") o.allowed_mask = f.read_u64(ad);
+      else o.alt = f.read_f64(ad);
+    }
+    g.outputs.push_back(std::move(o));
+  }
+  if (g.outputs.empty()) throw InputError(fmt::format("{}: /expected: no expected outputs", path));
+  for (const auto& o : g.outputs) {
+    if (o.scaled_by.empty()) continue;
+    const Output* sc = g.output(o.scaled_by);
+    const auto& e = o.expected;
+    const bool fits = sc && sc != &o && sc->expected.shape.size() == e.shape.size() && !e.shape.empty() &&
+                      std::equal(e.shape.begin(), e.shape.end() - 1, sc->expected.shape.begin()) &&
+                      sc->expected.shape.back() == (e.shape.back() + o.scale_block - 1) / o.scale_block;
+    if (!fits)
+      throw InputError(fmt::format("{}: /expected/{}: attribute 'scaled_by' = '{}' does not name another output of shape {} "
+                                   "with blocks of {} along the last axis",
+                                   path, e.name, printable(o.scaled_by), shape_str(e.shape), o.scale_block));
+  }
+  for (const auto& n : f.list("/intermediates")) {
+    const std::string ds = "/intermediates/" + n;
+    Tensor t;
+    t.name = n;
+    t.shape = f.info(ds).shape;
+    t.axes = split_axes(f.attr_str(ds, "axes"));
+    if (t.axes.size() != t.shape.size())
+      throw InputError(fmt::format("{}: {}: {} axes for a rank-{} dataset", path, ds, t.axes.size(), t.shape.size()));
+    t.dtype = f.has_attr(ds, "dtype") ? dtype_attr(f, ds) : DType::f64;
+    t.data = f.read_f64(ds);
+    const std::string bd = "/intermediate_bounds/" + n;
+    if (f.exists(bd)) {
+      if (f.info(bd).shape != t.shape) throw InputError(fmt::format("{}: {}: shape differs from {}", path, bd, ds));
+      g.intermediate_bounds[n] = decode_codes(f, bd, dtype_attr(f, bd));
+    }
+    g.intermediates.push_back(std::move(t));
+  }
+  if (f.exists("/intermediate_bounds"))
+    for (const auto& n : f.list("/intermediate_bounds"))
+      if (!g.intermediate_bounds.count(n))
+        throw InputError(fmt::format("{}: /intermediate_bounds/{}: no intermediate of that name", path, n));
+  for (const auto& [ds, h] : golden_hashes(g))
+    if (f.has_attr(ds, "fnv1a64")) g.recorded_hashes[ds] = f.attr_str(ds, "fnv1a64");
+  if (f.has_attr("/", "content_fnv1a64")) g.recorded_content_hash = f.attr_str("/", "content_fnv1a64");
+  return g;
+}
+
+}  // namespace assay
+
+namespace assay {
+
+std::vector<std::string> golden_diff(const Golden& fresh, const Golden& stored, double rel) {
+  std::vector<std::string> d;
+  if (fresh.prov.case_toml != stored.prov.case_toml) d.push_back("case text differs");
+  if (fresh.single_form != stored.single_form) d.push_back("single_form reasons differ");
+  if (fresh.case_fields.all() != stored.case_fields.all())
+    d.push_back(fmt::format("/case fields differ:\n  have {}\n  want {}", stored.case_fields.str(), fresh.case_fields.str()));
+  if (fresh.inputs.size() != stored.inputs.size()) d.push_back("different number of inputs");
+  for (size_t i = 0; i < fresh.inputs.size(); ++i) {
+    const auto& t = fresh.inputs[i];
+    const auto* s = stored.input(t.name);
+    if (!s) {
+      d.push_back(fmt::format("input '{}' missing", t.name));
+      continue;
+    }
+    const auto si = static_cast<size_t>(s - stored.inputs.data());
+    if (s->dtype != t.dtype || s->shape != t.shape) d.push_back(fmt::format("input '{}': dtype or shape differs", t.name));
+    else if (fresh.input_hashes[i] != stored.input_hashes[si])
+      d.push_back(fmt::format("input '{}': bits differ (hash {} vs {})", t.name, fresh.input_hashes[i], stored.input_hashes[si]));
+  }
+  if (fresh.outputs.size() != stored.outputs.size()) d.push_back("different number of outputs");
+  for (const auto& o : fresh.outputs) {
+    const auto* s = stored.output(o.expected.name);
+    const auto& nm = o.expected.name;
+    if (!s) {
+      d.push_back(fmt::format("output '{}' missing", nm));
+      continue;
+    }
+    if (s->expected.dtype != o.expected.dtype || s->expected.shape != o.expected.shape) {
+      d.push_back(fmt::format("output '{}': dtype or shape differs", nm));
+      continue;
+    }
+    if (double a = agreement_rel(o.expected.data, s->expected.data); !(a <= rel))
+      d.push_back(fmt::format("output '{}': differs by {:.3e} relative (limit {:.0e})", nm, a, rel));
+    if (o.bound.has_value() != s->bound.has_value()) d.push_back(fmt::format("bound '{}': present in one only", nm));
+    else if (o.bound) {
+      if (double a = agreement_rel(*o.bound, *s->bound); !(a <= rel))
+        d.push_back(fmt::format("bound '{}': differs by {:.3e} relative", nm, a));
+    }
+    if (o.rounded.has_value() != s->rounded.has_value() || (o.rounded && *o.rounded != *s->rounded))
+      d.push_back(fmt::format("rounded '{}': codes differ", nm));
+    if (o.allow_nonfinite != s->allow_nonfinite) d.push_back(fmt::format("output '{}': allow_nonfinite differs", nm));
+    if (o.allowed_mask != s->allowed_mask) d.push_back(fmt::format("allowed_mask '{}': differs", nm));
+    if (o.alt.has_value() != s->alt.has_value() || (o.alt && !(agreement_rel(*o.alt, *s->alt) == 0)))
+      d.push_back(fmt::format("alt '{}': differs", nm));
+  }
+  if (fresh.intermediates.size() != stored.intermediates.size()) d.push_back("different number of intermediates");
+  for (const auto& t : fresh.intermediates) {
+    const Tensor* s = nullptr;
+    for (const auto& u : stored.intermediates)
+      if (u.name == t.name) s = &u;
+    if (!s || s->shape != t.shape) {
+      d.push_back(fmt::format("intermediate '{}' missing or reshaped", t.name));
+      continue;
+    }
+    if (double a = agreement_rel(t.data, s->data); !(a <= rel))
+      d.push_back(fmt::format("intermediate '{}': differs by {:.3e} relative", t.name, a));
+    if (t.dtype != s->dtype) d.push_back(fmt::format("intermediate '{}': dtype differs", t.name));
+    const auto bf = fresh.intermediate_bounds.find(t.name);
+    const auto bs = stored.intermediate_bounds.find(t.name);
+    if ((bf == fresh.intermediate_bounds.end()) != (bs == stored.intermediate_bounds.end()))
+      d.push_back(fmt::format("intermediate bound '{}': present in one golden only", t.name));
+    else if (bf != fresh.intermediate_bounds.end())
+      if (double a = agreement_rel(bf->second, bs->second); !(a <= rel))
+        d.push_back(fmt::format("intermediate bound '{}': differs by {:.3e} relative", t.name, a));
+  }
+  return d;
+}
+
+std::string manifest_line(const Golden& g) {
+  std::vector<std::pair<std::string, std::string>> ins;
+  for (size_t i = 0; i < g.inputs.size(); ++i) ins.emplace_back(g.inputs[i].name, g.input_hashes[i]);
+  std::sort(ins.begin(), ins.end());
+  std::string s = golden_rel_path(g.prov.op, g.prov.case_name) + " " + g.prov.level;
+  for (const auto& [n, h] : ins) s += " " + n + "=" + h;
+  return s;
+}
+
+}  // namespace assay

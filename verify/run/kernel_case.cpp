@@ -1,0 +1,23 @@
+#include "verify/run/kernel_case.h"
+
+#include <algorithm>
+
+namespace assay {
+
+kernels::KernelCase kernel_case_of(const Golden& g) {
+  kernels::KernelCase kc;
+  kc.op = g.prov.op;
+  kc.case_name = g.prov.case_name;
+  kc.case_toml = g.prov.case_toml;
+  kc.fields = g.case_fields;
+  for (const auto& t : g.inputs) kc.inputs.push_back({t.name, t.axes, t.shape, t.dtype});
+  for (const auto& o : g.outputs) kc.outputs.push_back({o.expected.name, o.expected.axes, o.expected.shape, o.expected.dtype});
+  for (const auto& t : g.intermediates) kc.intermediates.push_back({t.name, t.axes, t.shape, t.dtype});
+  auto by_name = [](const kernels::TensorSpec& a, const kernels::TensorSpec& b) { return a.name < b.name; };
+  std::sort(kc.inputs.begin(), kc.inputs.end(), by_name);
+  std::sort(kc.outputs.begin(), kc.outputs.end(), by_name);
+  std::sort(kc.intermediates.begin(), kc.intermediates.end(), by_name);
+  return kc;
+}
+
+}  // namespace assay
