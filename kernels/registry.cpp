@@ -93,27 +93,25 @@ struct CaseView {
   std::vector<assay_tensor> ins, outs, inters;
   assay_case c{};
 
-  static int get_int(const assay_case* c, const char* key, int64_t* out) {
+  // The ABI's number getters: 1 and *out when the field exists and reads as T, else 0 (a fractional
+  // number asked for as an integer, a string asked for as a number).
+  template <class T, T (CaseFields::*get)(const std::string&) const>
+  static int get_number(const assay_case* c, const char* key, T* out) {
     const auto* v = static_cast<const CaseView*>(c->host);
     if (!key || !v->params.has(key)) return 0;
     try {
-      const int64_t x = v->params.get_int(key);
-      if (out) *out = x;
-      return 1;
-    } catch (const InputError&) {  // not an integer (a fractional number, a string)
-      return 0;
-    }
-  }
-  static int get_double_v(const assay_case* c, const char* key, double* out) {
-    const auto* v = static_cast<const CaseView*>(c->host);
-    if (!key || !v->params.has(key)) return 0;
-    try {
-      const double x = v->params.get_double(key);
+      const T x = (v->params.*get)(key);
       if (out) *out = x;
       return 1;
     } catch (const InputError&) {
       return 0;
     }
+  }
+  static int get_int(const assay_case* c, const char* key, int64_t* out) {
+    return get_number<int64_t, &CaseFields::get_int>(c, key, out);
+  }
+  static int get_double_v(const assay_case* c, const char* key, double* out) {
+    return get_number<double, &CaseFields::get_double>(c, key, out);
   }
   static int get_string(const assay_case* c, const char* key, const char** out) {
     const auto* v = static_cast<const CaseView*>(c->host);

@@ -371,19 +371,23 @@ void File::set_attr(const std::string& o, const std::string& name, const std::st
   std::string buf = value.empty() ? std::string(1, '\0') : value;
   if (H5Awrite(a.get(), type.get(), buf.data()) < 0) fail(o, fmt::format("cannot write attribute '{}'", name));
 }
+// Writes a scalar attribute of file type ftype from one value of memory type mtype; false on failure.
+static bool write_scalar_attr(hid_t obj, const std::string& name, hid_t ftype, hid_t mtype, const void* value) {
+  auto sp = scalar_space();
+  Handle a(H5Acreate2(obj, name.c_str(), ftype, sp.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  return a && H5Awrite(a.get(), mtype, value) >= 0;
+}
 void File::set_attr(const std::string& o, const std::string& name, int64_t value) {
   Handle h = obj(o);
   replace_attr(h.get(), o, name);
-  auto sp = scalar_space();
-  Handle a(H5Acreate2(h.get(), name.c_str(), H5T_STD_I64LE, sp.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
-  if (!a || H5Awrite(a.get(), H5T_NATIVE_INT64, &value) < 0) fail(o, fmt::format("cannot write attribute '{}'", name));
+  if (!write_scalar_attr(h.get(), name, H5T_STD_I64LE, H5T_NATIVE_INT64, &value))
+    fail(o, fmt::format("cannot write attribute '{}'", name));
 }
 void File::set_attr(const std::string& o, const std::string& name, double value) {
   Handle h = obj(o);
   replace_attr(h.get(), o, name);
-  auto sp = scalar_space();
-  Handle a(H5Acreate2(h.get(), name.c_str(), H5T_IEEE_F64LE, sp.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
-  if (!a || H5Awrite(a.get(), H5T_NATIVE_DOUBLE, &value) < 0) fail(o, fmt::format("cannot write attribute '{}'", name));
+  if (!write_scalar_attr(h.get(), name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &value))
+    fail(o, fmt::format("cannot write attribute '{}'", name));
 }
 bool File::has_attr(const std::string& o, const std::string& name) const {
   if (!exists(o) && o != "/") return false;

@@ -13,42 +13,29 @@
 namespace assay {
 
 Tolerance default_tolerance(DType t) {
+  struct Row {
+    DType dtype;
+    double atol, rtol;
+    const char* why;
+  };
+  static const Row kFloat[] = {
+      {DType::f64, 1e-12, 1e-10, "fp64 kernels: reassociation only; 1e-10 leaves room for long reductions"},
+      {DType::f32, 1e-6, 5e-6, "TransformerEngine getTolerances fp32 {1e-6, 5e-6}: a few fp32 ulps of reassociation"},
+      {DType::f16, 1e-5, 1e-3, "fp16 output rounding is 2^-11 = 4.9e-4 relative; 1e-3 allows the rounding plus fp32 accumulation noise (TE, torch)"},
+      {DType::bf16, 1e-5, 1.6e-2, "bf16 output rounding is 2^-8 = 3.9e-3 relative; torch.testing's bf16 rtol 1.6e-2 (about 4 rounding units)"},
+      {DType::e4m3, 0, 0.0625, "an fp8 e4m3 output may differ from the fp64 truth by its own rounding: half an ulp = 2^-4 relative"},
+      {DType::e5m2, 0, 0.125, "an fp8 e5m2 output may differ from the fp64 truth by its own rounding: half an ulp = 2^-3 relative"},
+  };
   Tolerance r;
   r.source = fmt::format("default[{}]", name(t));
-  switch (t) {
-    case DType::f64:
-      r.atol = 1e-12, r.rtol = 1e-10;
-      r.why = "fp64 kernels: reassociation only; 1e-10 leaves room for long reductions";
-      break;
-    case DType::f32:
-      r.atol = 1e-6, r.rtol = 5e-6;
-      r.why = "TransformerEngine getTolerances fp32 {1e-6, 5e-6}: a few fp32 ulps of reassociation";
-      break;
-    case DType::f16:
-      r.atol = 1e-5, r.rtol = 1e-3;
-      r.why = "fp16 output rounding is 2^-11 = 4.9e-4 relative; 1e-3 allows the rounding plus fp32 accumulation noise (TE, torch)";
-      break;
-    case DType::bf16:
-      r.atol = 1e-5, r.rtol = 1.6e-2;
-      r.why = "bf16 output rounding is 2^-8 = 3.9e-3 relative; torch.testing's bf16 rtol 1.6e-2 (about 4 rounding units)";
-      break;
-    case DType::e4m3:
-      r.rtol = 0.0625;
-      r.why = "an fp8 e4m3 output may differ from the fp64 truth by its own rounding: half an ulp = 2^-4 relative";
-      break;
-    case DType::e5m2:
-      r.rtol = 0.125;
-      r.why = "an fp8 e5m2 output may differ from the fp64 truth by its own rounding: half an ulp = 2^-3 relative";
-      break;
-    case DType::e2m1: case DType::ue8m0:
-      r.exact = true;
-      r.why = "quantized codes and scales have one right answer: compared bit-exactly";
-      break;
-    default:
-      r.exact = true;
-      r.why = "integer outputs are exact";
-      break;
-  }
+  for (const auto& row : kFloat)
+    if (row.dtype == t) {
+      r.atol = row.atol, r.rtol = row.rtol, r.why = row.why;
+      return r;
+    }
+  r.exact = true;
+  r.why = t == DType::e2m1 || t == DType::ue8m0 ? "quantized codes and scales have one right answer: compared bit-exactly"
+                                                 : "integer outputs are exact";
   return r;
 }
 

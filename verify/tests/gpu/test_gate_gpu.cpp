@@ -138,13 +138,17 @@ int main(int argc, char** argv) {
     }
     return false;
   };
+  // A run of correct kernels: a JSON report, every case Passed or NotSupported, exit 0.
+  const auto expect_clean_run = [](const Run& run) {
+    EXPECT(run.j.is_object() && run.j.contains("cases"), "no JSON report");
+    if (run.j.is_object() && run.j.contains("cases")) expect_all_pass_or_unsupported(run.j);
+    EXPECT(run.code == 0, "exit code {} (want 0)", run.code);
+  };
   if (mode.rfind("kernels-", 0) == 0) {
     const std::string op = mode.substr(8);
     r = assay(exe, fmt::format("verify {} --op {}", common, op));
     if (skip_if_no_gpu(r)) return 125;
-    EXPECT(r.j.is_object() && r.j.contains("cases"), "no JSON report");
-    if (r.j.is_object() && r.j.contains("cases")) expect_all_pass_or_unsupported(r.j);
-    EXPECT(r.code == 0, "exit code {} (want 0)", r.code);
+    expect_clean_run(r);
     fmt::print(stderr, "{}: {} failures\n", mode, g_failures);
     return g_failures ? 1 : 0;
   }
@@ -181,9 +185,7 @@ int main(int argc, char** argv) {
                                   fmt::format("--op attention {}", reduced)}) {
       r = assay(exe, fmt::format("sanitize --tool {} {} --runs 1 {}", tool, common, sel));
       if (skip_if_no_gpu(r)) return 125;
-      EXPECT(r.j.is_object() && r.j.contains("cases"), "no JSON report");
-      if (r.j.is_object() && r.j.contains("cases")) expect_all_pass_or_unsupported(r.j);
-      EXPECT(r.code == 0, "exit code {} (want 0)", r.code);
+      expect_clean_run(r);
     }
     fmt::print(stderr, "{}: {} failures\n", mode, g_failures);
     return g_failures ? 1 : 0;
