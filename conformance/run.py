@@ -208,7 +208,7 @@ def run_one(assay, u, cases, out):
     saved = {k: os.environ.get(k) for k in u.env}
     os.environ.update(u.env)
     try:
-        fn = u.make_fn()  # Unavailable propagates
+        fn = u.checked_fn()  # Unavailable propagates
         rep = assay.check(u.op, fn, cases=list(cases), level="L0", profile=u.profile, out=out,
                           name=u.name, quiet=True)
     finally:

@@ -27,10 +27,22 @@ class Upstream:
     # case fields, dtypes and output names, never from the case name.
     supports: Callable
     # make_fn() -> fn(golden) -> {output name: tensor} (or (outputs, intermediates)). Imports the
-    # upstream package lazily; raises Unavailable when it cannot run here. fn raises
-    # NotImplementedError for a golden `supports` refuses.
+    # upstream package lazily; raises Unavailable when it cannot run here. fn may assume `supports`
+    # accepted the golden: callers go through checked_fn().
     make_fn: Callable
     # One line: what this upstream computes and how the goldens' tensors are mapped onto its call.
     what: str = ""
     # Extra environment the check needs (set before make_fn is called, restored after).
     env: dict = field(default_factory=dict)
+
+    def checked_fn(self):
+        """make_fn()'s fn behind this upstream's `supports`: a golden it refuses raises
+        NotImplementedError (assay.check reports NotSupported) before the upstream is called."""
+        fn = self.make_fn()
+
+        def checked(golden):
+            ok, why = self.supports(golden.case, golden)
+            if not ok:
+                raise NotImplementedError(f"{golden.case_name}: {why}")
+            return fn(golden)
+        return checked
