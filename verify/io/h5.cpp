@@ -393,13 +393,20 @@ bool File::has_attr(const std::string& o, const std::string& name) const {
   if (!exists(o) && o != "/") return false;
   return H5Aexists_by_name(file_.get(), o.c_str(), name.c_str(), H5P_DEFAULT) > 0;
 }
-std::string File::attr_str(const std::string& o, const std::string& name) const {
+File::ScalarAttr File::scalar_attr(const std::string& o, const std::string& name, bool want_string) const {
   if (!has_attr(o, name)) fail(o, fmt::format("missing attribute '{}'", name));
-  Handle a(H5Aopen_by_name(file_.get(), o.c_str(), name.c_str(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
-  Handle type(H5Aget_type(a.get()), H5Tclose);
-  if (H5Tget_class(type.get()) != H5T_STRING) fail(o, fmt::format("attribute '{}' is not a string", name));
-  Handle space(H5Aget_space(a.get()), H5Sclose);
-  if (H5Sget_simple_extent_npoints(space.get()) != 1) fail(o, fmt::format("attribute '{}' is not a scalar string", name));
+  ScalarAttr r{Handle(H5Aopen_by_name(file_.get(), o.c_str(), name.c_str(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose), Handle()};
+  r.type = Handle(H5Aget_type(r.attr.get()), H5Tclose);
+  const auto cls = H5Tget_class(r.type.get());
+  if (want_string ? cls != H5T_STRING : cls != H5T_FLOAT && cls != H5T_INTEGER)
+    fail(o, fmt::format("attribute '{}' is not a {}", name, want_string ? "string" : "number"));
+  Handle space(H5Aget_space(r.attr.get()), H5Sclose);
+  if (H5Sget_simple_extent_npoints(space.get()) != 1)
+    fail(o, fmt::format("attribute '{}' is not a scalar{}", name, want_string ? " string" : ""));
+  return r;
+}
+std::string File::attr_str(const std::string& o, const std::string& name) const {
+  const auto [a, type] = scalar_attr(o, name, true);
   if (H5Tis_variable_str(type.get()) > 0) {
     Handle mt(H5Tcopy(H5T_C_S1), H5Tclose);
     H5Tset_size(mt.get(), H5T_VARIABLE);
@@ -417,24 +424,14 @@ std::string File::attr_str(const std::string& o, const std::string& name) const 
   return s;
 }
 int64_t File::attr_int(const std::string& o, const std::string& name) const {
-  if (!has_attr(o, name)) fail(o, fmt::format("missing attribute '{}'", name));
-  Handle a(H5Aopen_by_name(file_.get(), o.c_str(), name.c_str(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
-  Handle type(H5Aget_type(a.get()), H5Tclose);
+  const auto [a, type] = scalar_attr(o, name, false);
   if (H5Tget_class(type.get()) != H5T_INTEGER) fail(o, fmt::format("attribute '{}' is not an integer", name));
-  Handle space(H5Aget_space(a.get()), H5Sclose);
-  if (H5Sget_simple_extent_npoints(space.get()) != 1) fail(o, fmt::format("attribute '{}' is not a scalar", name));
   int64_t v = 0;
   if (H5Aread(a.get(), H5T_NATIVE_INT64, &v) < 0) fail(o, fmt::format("cannot read attribute '{}'", name));
   return v;
 }
 double File::attr_f64(const std::string& o, const std::string& name) const {
-  if (!has_attr(o, name)) fail(o, fmt::format("missing attribute '{}'", name));
-  Handle a(H5Aopen_by_name(file_.get(), o.c_str(), name.c_str(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
-  Handle type(H5Aget_type(a.get()), H5Tclose);
-  const auto cls = H5Tget_class(type.get());
-  if (cls != H5T_FLOAT && cls != H5T_INTEGER) fail(o, fmt::format("attribute '{}' is not a number", name));
-  Handle space(H5Aget_space(a.get()), H5Sclose);
-  if (H5Sget_simple_extent_npoints(space.get()) != 1) fail(o, fmt::format("attribute '{}' is not a scalar", name));
+  const auto [a, type] = scalar_attr(o, name, false);
   double v = 0;
   if (H5Aread(a.get(), H5T_NATIVE_DOUBLE, &v) < 0) fail(o, fmt::format("cannot read attribute '{}'", name));
   return v;

@@ -117,6 +117,12 @@ class File {
   void check_storage(const std::string& ds, hid_t d) const;
   void replace_attr(hid_t h, const std::string& obj, const std::string& name) const;
   int64_t declared_elements(const std::string& ds, const DatasetInfo& inf) const;
+  // The open scalar attribute `name` of object o and its type: fail() when it is missing, not a
+  // string (want_string) or not a number (else), or holds more than one element.
+  struct ScalarAttr {
+    Handle attr, type;
+  };
+  ScalarAttr scalar_attr(const std::string& o, const std::string& name, bool want_string) const;
   std::string path_;
   Handle file_;
 };

@@ -110,15 +110,18 @@ RunReport compare_dirs(const CompareDirOptions& o) {
       cr.wall_s = std::chrono::duration<double>(Clock::now() - tc).count();
       rep.cases.push_back(std::move(cr));
     };
+    auto finish = [&](Verdict v, std::string reason) {
+      cr.verdict = v;
+      cr.reason = std::move(reason);
+      done();
+    };
     std::unique_ptr<Golden> g;
     try {
       g = std::make_unique<Golden>(read_golden(gp.string()));
       cr.op = g->prov.op;
       cr.case_name = g->prov.case_name;
     } catch (const std::exception& e) {
-      cr.verdict = Verdict::Stale;
-      cr.reason = std::string("unreadable golden: ") + e.what();
-      done();
+      finish(Verdict::Stale, std::string("unreadable golden: ") + e.what());
       continue;
     }
     // No fixture for this golden's op: a usage error naming where it looked, never a Stale case or a
@@ -130,15 +133,11 @@ RunReport compare_dirs(const CompareDirOptions& o) {
     try {
       const auto st = check_stale(*g, o.fixture_check ? o.fixtures_dir : "");
       if (st.stale) {
-        cr.verdict = Verdict::Stale;
-        cr.reason = st.reason;
-        done();
+        finish(Verdict::Stale, st.reason);
         continue;
       }
     } catch (const std::exception& e) {
-      cr.verdict = Verdict::Stale;
-      cr.reason = std::string("unreadable golden: ") + e.what();
-      done();
+      finish(Verdict::Stale, std::string("unreadable golden: ") + e.what());
       continue;
     }
     const fs::path cand = fs::path(o.candidate_dir) / rel;
@@ -178,22 +177,16 @@ RunReport compare_dirs(const CompareDirOptions& o) {
     }
     // A <case>.error name over NAME_MAX cannot exist (the golden's own name fits): no error file.
     if (ec && ec != std::errc::no_such_file_or_directory && ec != std::errc::filename_too_long) {  // a loop in the path
-      cr.verdict = Verdict::Failed;
-      cr.reason = fmt::format("cannot look for the candidate's error file {}: {}", err.string(), ec.message());
-      done();
+      finish(Verdict::Failed, fmt::format("cannot look for the candidate's error file {}: {}", err.string(), ec.message()));
       continue;
     }
     const auto cst = fs::symlink_status(cand, ec);
     if (ec && ec != std::errc::no_such_file_or_directory) {
-      cr.verdict = Verdict::Failed;
-      cr.reason = fmt::format("cannot look for the candidate {}: {}", cand.string(), ec.message());
-      done();
+      finish(Verdict::Failed, fmt::format("cannot look for the candidate {}: {}", cand.string(), ec.message()));
       continue;
     }
     if (!fs::exists(cst)) {
-      cr.verdict = Verdict::NotRun;
-      cr.reason = "no candidate " + cand.string();
-      done();
+      finish(Verdict::NotRun, "no candidate " + cand.string());
       continue;
     }
     auto& pol = policies[g->prov.op];

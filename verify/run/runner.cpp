@@ -157,6 +157,11 @@ RunReport run_verify(const VerifyOptions& o) {
       if (o.verbose) fmt::print(stderr, "[{}/{}] {:<12} {} {}/{}\n", idx, items.size(), verdict_name(cr.verdict), cr.kernel, cr.op, cr.case_name);
       rep.cases.push_back(std::move(cr));
     };
+    auto finish = [&](Verdict v, std::string reason) {
+      cr.verdict = v;
+      cr.reason = std::move(reason);
+      done();
+    };
     // 1. golden + staleness (once per golden)
     if (!cache.count(it.golden) && !unreadable.count(it.golden)) {
       try {
@@ -168,38 +173,28 @@ RunReport run_verify(const VerifyOptions& o) {
       }
     }
     if (unreadable.count(it.golden)) {
-      cr.verdict = Verdict::Stale;
-      cr.reason = "unreadable golden: " + unreadable[it.golden];
-      done();
+      finish(Verdict::Stale, "unreadable golden: " + unreadable[it.golden]);
       continue;
     }
     const auto& [g, st] = cache[it.golden];
     if (st.stale) {
-      cr.verdict = Verdict::Stale;
-      cr.reason = st.reason;
-      done();
+      finish(Verdict::Stale, st.reason);
       continue;
     }
     // 2. can_implement
     try {
       const auto s = it.kernel->can_implement ? it.kernel->can_implement(kernel_case_of(*g)) : kernels::Support{};
       if (!s.ok) {
-        cr.verdict = Verdict::NotSupported;
-        cr.reason = s.reason;
-        done();
+        finish(Verdict::NotSupported, s.reason);
         continue;
       }
     } catch (const std::exception& e) {
-      cr.verdict = Verdict::Failed;
-      cr.reason = std::string("can_implement threw: ") + e.what();
-      done();
+      finish(Verdict::Failed, std::string("can_implement threw: ") + e.what());
       continue;
     }
     // 3. a device?
     if (!rep.device.is_object()) {
-      cr.verdict = Verdict::NotRun;
-      cr.reason = rep.device_error;
-      done();
+      finish(Verdict::NotRun, rep.device_error);
       continue;
     }
     // 4. the worker
