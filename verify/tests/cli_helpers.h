@@ -8,7 +8,10 @@
 #include <string>
 
 #include "catch_compat.h"
+#include "reference/core/dtype.h"
 #include "tests/common.h"
+#include "verify/io/golden.h"
+#include "verify/io/h5.h"
 
 namespace assay_test {
 
@@ -50,6 +53,26 @@ inline std::string html_escaped(const std::string& s) {
     else o += c;
   }
   return o;
+}
+
+// The number of lines of s (its newlines).
+inline int lines(const std::string& s) {
+  int n = 0;
+  for (char c : s) n += c == '\n';
+  return n;
+}
+
+// A candidate holding the golden's outputs rounded to their dtypes, each transformed by f(value,
+// index), stored as float32 like torch would write it.
+inline void write_candidate(const std::filesystem::path& path, const assay::Golden& g, double (*f)(double, size_t)) {
+  auto h = assay::h5::File::create(path.string());
+  h.create_group("/outputs");
+  for (const auto& o : g.outputs) {
+    std::vector<float> v(o.expected.data.size());
+    for (size_t i = 0; i < v.size(); ++i)
+      v[i] = static_cast<float>(f(assay::round_to(o.expected.dtype, o.expected.data[i]), i));
+    h.write("/outputs/" + o.expected.name, assay::h5::Elem::f32, o.expected.shape, v.data());
+  }
 }
 
 }  // namespace assay_test

@@ -38,11 +38,7 @@ using assay_test::slurp;
 const std::string kGolden = std::string(ASSAY_SOURCE_DIR) + "/golden/scaled_add/normal_odd_shape.h5";
 fs::path tmpdir(const std::string& name) { return assay_test::fresh_dir("assay_test_untrusted", name); }
 Run run_a(const std::string& args, const std::string& env = "") { return assay_test::run_assay(args, env + "timeout 60 "); }
-int lines(const std::string& s) {
-  int n = 0;
-  for (char c : s) n += c == '\n';
-  return n;
-}
+using assay_test::lines;
 std::string q(const fs::path& p) { return "'" + p.string() + "'"; }
 
 // A candidate file written with the raw HDF5 API, as an attacker's h5py would: /outputs/<name> for
