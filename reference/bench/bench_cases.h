@@ -76,14 +76,19 @@ inline AttnCase make_case(const AttnShape& s, uint64_t seed = 1) {
   return c;
 }
 
+// A case of an op whose oracle forms take (Params, Inputs): both, and the upstream gradient dout of
+// the output for the backward forms.
+template <class Params, class Inputs>
+struct OpCase {
+  Params p;
+  Inputs in;
+  Vec dout;
+};
+
 // SSD (fixtures/ssd.cpp): x, B, C, z normal; dt normal (raw, softplus(dt + dt_bias) in the
 // oracle); A uniform [-1, -0.05]; dt_bias uniform [-3, -1]; D [H] normal. No bounds
 // (compute_bounds = false): the forms' own work, as the torch references do.
-struct SsdCase {
-  ssd::Params p;
-  ssd::Inputs in;
-  Vec dout;
-};
+using SsdCase = OpCase<ssd::Params, ssd::Inputs>;
 inline SsdCase make_case(const SsdShape& s, uint64_t seed = 2) {
   SsdCase c;
   c.p.chunk_size = s.Q, c.p.dt_softplus = true, c.p.compute_bounds = false;
@@ -101,11 +106,7 @@ inline SsdCase make_case(const SsdShape& s, uint64_t seed = 2) {
 // Gated delta (fixtures/gated_delta.cpp): q, k, v normal with qk_l2norm (fla's
 // use_qk_l2norm_in_kernel; unnormalised K = 128 keys make the delta rule diverge), log gate
 // uniform [-1, 0], beta uniform [0, 1], H = HV, no initial state.
-struct GdCase {
-  gd::Params p;
-  gd::Inputs in;
-  Vec d_o;
-};
+using GdCase = OpCase<gd::Params, gd::Inputs>;
 inline GdCase make_case(const GdShape& s, uint64_t seed = 3) {
   GdCase c;
   c.p.B = s.B, c.p.T = s.T, c.p.H = c.p.HV = s.H, c.p.K = s.K, c.p.V = s.V, c.p.chunk_size = s.Q;
@@ -114,16 +115,13 @@ inline GdCase make_case(const GdShape& s, uint64_t seed = 3) {
   const int64_t nqk = s.B * s.T * s.H * s.K, nv = s.B * s.T * s.H * s.V, ng = s.B * s.T * s.H;
   c.in.q = r.normal(nqk), c.in.k = r.normal(nqk), c.in.v = r.normal(nv);
   c.in.g = r.uniform(ng, -1.0, 0.0), c.in.beta = r.uniform(ng, 0.0, 1.0);
-  c.d_o = r.normal(nv);
+  c.dout = r.normal(nv);
   return c;
 }
 
 // Mamba-3 SISO (fixtures/mamba3.cpp): Q, K, V, Trap, Angles, Z normal; DT uniform [0.005, 0.5];
 // ADT = -DT * uniform [0.05, 1.5]; Q/K biases normal(1, 0.5); D normal; no input states.
-struct M3Case {
-  m3::SisoParams p;
-  m3::SisoInputs in;
-};
+using M3Case = OpCase<m3::SisoParams, m3::SisoInputs>;  // (no dout: forward forms only)
 inline M3Case make_case(const M3Shape& s, uint64_t seed = 4) {
   M3Case c;
   c.p.B = s.B, c.p.T = s.T, c.p.H = s.H, c.p.G = s.G, c.p.N = s.N, c.p.P = s.P, c.p.S = s.S;

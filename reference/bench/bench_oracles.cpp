@@ -184,30 +184,22 @@ void BM_dgemm(benchmark::State& st, int64_t n) {
 // acc = acc * m + a in registers, iters times. Returns the FLOPs done (2 per lane and FMA).
 constexpr int kChains = 16;
 #ifdef ASSAY_SIMD_X86
-__attribute__((target("avx512f"))) double fma_chains_avx512(int64_t iters) {
-  __m512d acc[kChains];
-  for (int j = 0; j < kChains; ++j) acc[j] = _mm512_set1_pd(1.0 + j * 1e-3);
-  const __m512d m = _mm512_set1_pd(0.999999999), a = _mm512_set1_pd(1e-9);
-  for (int64_t i = 0; i < iters; ++i)
-#pragma GCC unroll 16
-    for (int j = 0; j < kChains; ++j) acc[j] = _mm512_fmadd_pd(acc[j], m, a);
-  __m512d s = acc[0];
-  for (int j = 1; j < kChains; ++j) s = _mm512_add_pd(s, acc[j]);
-  benchmark::DoNotOptimize(s);
-  return 2.0 * 8 * kChains * static_cast<double>(iters);
-}
-__attribute__((target("avx2,fma"))) double fma_chains_avx2(int64_t iters) {
-  __m256d acc[kChains];
-  for (int j = 0; j < kChains; ++j) acc[j] = _mm256_set1_pd(1.0 + j * 1e-3);
-  const __m256d m = _mm256_set1_pd(0.999999999), a = _mm256_set1_pd(1e-9);
-  for (int64_t i = 0; i < iters; ++i)
-#pragma GCC unroll 16
-    for (int j = 0; j < kChains; ++j) acc[j] = _mm256_fmadd_pd(acc[j], m, a);
-  __m256d s = acc[0];
-  for (int j = 1; j < kChains; ++j) s = _mm256_add_pd(s, acc[j]);
-  benchmark::DoNotOptimize(s);
-  return 2.0 * 4 * kChains * static_cast<double>(iters);
-}
+// One body per x86 vector width: W lanes of type VD, the intrinsics of prefix P, compiled for TARGET.
+#define ASSAY_FMA_CHAINS(NAME, TARGET, VD, P, W)                                          \
+  __attribute__((target(TARGET))) double NAME(int64_t iters) {                             \
+    VD acc[kChains];                                                                        \
+    for (int j = 0; j < kChains; ++j) acc[j] = P##_set1_pd(1.0 + j * 1e-3);                \
+    const VD m = P##_set1_pd(0.999999999), a = P##_set1_pd(1e-9);                          \
+    for (int64_t i = 0; i < iters; ++i)                                                     \
+      _Pragma("GCC unroll 16") for (int j = 0; j < kChains; ++j) acc[j] = P##_fmadd_pd(acc[j], m, a); \
+    VD s = acc[0];                                                                          \
+    for (int j = 1; j < kChains; ++j) s = P##_add_pd(s, acc[j]);                            \
+    benchmark::DoNotOptimize(s);                                                            \
+    return 2.0 * W * kChains * static_cast<double>(iters);                                  \
+  }
+ASSAY_FMA_CHAINS(fma_chains_avx512, "avx512f", __m512d, _mm512, 8)
+ASSAY_FMA_CHAINS(fma_chains_avx2, "avx2,fma", __m256d, _mm256, 4)
+#undef ASSAY_FMA_CHAINS
 #endif
 double fma_chains(int64_t iters) {
 #ifdef ASSAY_SIMD_X86
@@ -341,9 +333,9 @@ void register_all() {
     reg("BM_gated_delta_recurrent", s.gd_fwd, flops_gd_recurrent, [](const GdCase& c) { return gd::recurrent(c.p, c.in); });
     reg("BM_gated_delta_chunked", s.gd_fwd, flops_gd_chunked, [](const GdCase& c) { return gd::chunked(c.p, c.in); });
     reg("BM_gated_delta_bwd_recurrent", s.gd_bwd, flops_gd_bwd_recurrent,
-        [](const GdCase& c) { return gd::backward_recurrent(c.p, c.in, c.d_o); });
+        [](const GdCase& c) { return gd::backward_recurrent(c.p, c.in, c.dout); });
     reg("BM_gated_delta_bwd_chunked", s.gd_bwd, flops_gd_bwd_chunked,
-        [](const GdCase& c) { return gd::backward_chunked(c.p, c.in, c.d_o); });
+        [](const GdCase& c) { return gd::backward_chunked(c.p, c.in, c.dout); });
     reg("BM_mamba3_siso_step", s.m3, flops_m3_step, [](const M3Case& c) { return m3::siso_step(c.p, c.in); });
     reg("BM_mamba3_siso_chunked", s.m3, flops_m3_chunked, [](const M3Case& c) { return m3::siso_chunked(c.p, c.in); });
   }

@@ -167,15 +167,13 @@ Grads backward_bound(const Params& p, const Inputs& in, const std::vector<double
 // (with g), db (beta), dh0 (initial_state), dA_log, ddt_bias (with A_log / dt_bias).
 std::map<std::string, std::vector<double>> grads_by_name(const Inputs& in, const Grads& g);
 
-// The backward golden (gated_delta_golden.cpp), appended to the forward's OracleResult r:
-//   outputs:        the gradients of grads_by_name, each with its input's axes, shape and dtype
-//                   (`inputs`: the case's input tensors, among them q, k, v, g, beta,
-//                   initial_state, A_log, dt_bias as they exist; only their axes, shapes and dtypes
-//                   are read), expected values from backward_recurrent, bounds from backward_bound;
-//   agreement:      backward_recurrent vs backward_chunked at Q = chunk_size, 1, 16, 64 and T
-//                   (T only up to 1024) on every gradient, and on dh at Q = chunk_size;
-//   intermediates:  "dh" [NC, HV, K, V] ([.., V, K] with vk) in q's dtype (as fla stores it),
-//                   with intermediate_bounds["dh"].
+// The backward golden (gated_delta_golden.cpp), appended to the forward's OracleResult r. Every
+// gradient of grads_by_name becomes an output with the axes, shape and dtype of its input (found by
+// name in `inputs`, the case's input tensors, of which only that metadata is read), its values from
+// backward_recurrent and its bound from backward_bound. backward_chunked is cross-checked at the
+// case's chunk size and at 1, 16, 64 and T (T <= 1024 only), on every gradient, and on dh at the
+// case's chunk size. The intermediate "dh" [NC, HV, K, V] ([.., V, K] with vk) is stored in q's
+// dtype (as fla stores it), with intermediate_bounds["dh"].
 void add_backward(const Params& p, const Inputs& in, const std::vector<double>& d_o,
                   const std::vector<double>& dfinal_state, const std::vector<Tensor>& inputs,
                   OracleResult& r);

@@ -158,19 +158,16 @@ Grads backward_bound(const Params& p, const Inputs& in, const std::vector<double
                      const std::vector<double>& dfinal_states = {},
                      const std::vector<double>& dvarlen_states = {});
 
-// The gradients by upstream name, only those whose input exists: dx, ddt, dA, dB, dC, and dD, dz,
-// ddt_bias, dinitial_states with D, z, dt_bias, initial_states.
+// dx, ddt, dA, dB, dC and, where their input exists, dD, dz, ddt_bias, dinitial_states, by the
+// names upstream's backward returns them under.
 std::map<std::string, std::vector<double>> grads_by_name(const Inputs& in, const Grads& g);
 
-// The backward golden (ssd_golden.cpp), appended to oracle()'s OracleResult r (dvarlen_states = 0:
-// upstream's backward takes no varlen_states gradient):
-//   outputs:        the gradients of grads_by_name, each with its input's axes, shape and dtype
-//                   (`inputs`: the case's input tensors, x, dt, A, B, C, D, z, dt_bias,
-//                   initial_states as they exist; only their axes, shapes and dtypes are read),
-//                   expected values from backward_recurrent, bounds from backward_bound;
-//   agreement:      backward_recurrent vs backward_chunked at Q = chunk_size and at every Q of
-//                   cross_check_chunk_sizes, on every gradient;
-//   intermediates:  "dstates" [B, chunk, H, P, N] (backward_chunked's, fp64).
+// Appends the backward's golden to oracle()'s result r (ssd_golden.cpp): the gradients of
+// grads_by_name as outputs (expected: backward_recurrent; bound: backward_bound; axes, shape and
+// dtype: those of the input of the same name in `inputs`, the case's input tensors), agreement
+// entries of backward_chunked at chunk_size and at every Q of cross_check_chunk_sizes, and the
+// fp64 intermediate "dstates" [B, chunk, H, P, N] of backward_chunked. No dvarlen_states:
+// upstream's backward takes no varlen_states gradient.
 void add_backward(const Params& p, const Inputs& in, const std::vector<double>& dout,
                   const std::vector<double>& dfinal_states, const std::vector<Tensor>& inputs,
                   OracleResult& r);

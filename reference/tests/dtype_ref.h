@@ -106,10 +106,8 @@ inline RefFormat make_ref(DType t) {
       const double mags[] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
       for (int i = 0; i < 8; ++i) f.pos.push_back({mags[i], uint64_t(i)});
       f.beyond = {8.0, 8};
-      f.sign_bit = 8;
-      f.max_code = 7;
-      f.inf_code = f.nan_code = 0;
-      f.has_inf = f.has_nan = false;
+      f.sign_bit = 8, f.max_code = 7;  // no Inf, no NaN
+      f.inf_code = f.nan_code = 0, f.has_inf = f.has_nan = false;
       return f;
     }
     case DType::ue8m0: {
@@ -117,12 +115,8 @@ inline RefFormat make_ref(DType t) {
       f.t = t;
       for (int e = 0; e <= 254; ++e) f.pos.push_back({std::pow(2.0, e - 127), uint64_t(e)});
       f.beyond = {std::pow(2.0, 128), 255};
-      f.sign_bit = 0;
-      f.max_code = 0xFE;
-      f.inf_code = 0;
-      f.nan_code = 0xFF;
-      f.has_inf = false;
-      f.has_nan = true;
+      f.sign_bit = 0, f.max_code = 0xFE;  // unsigned; 0xFF is the NaN, no Inf
+      f.inf_code = 0, f.nan_code = 0xFF, f.has_inf = false, f.has_nan = true;
       return f;
     }
     default: throw std::logic_error("make_ref: not a small format");

@@ -1,9 +1,5 @@
 // Tests of the SSD golden assembly (reference/ssd/ssd_golden.cpp, ssd::oracle): the outputs,
 // bounds, intermediates and agreement entries it packages.
-#include <cmath>
-#include <cstdio>
-#include <vector>
-
 #include "catch_compat.h"
 #include "reference/core/tensor.h"
 #include "reference/ssd/ssd.h"

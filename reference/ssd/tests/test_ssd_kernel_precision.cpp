@@ -1,21 +1,13 @@
 // Tests of the SSD kernel-precision emulation (reference/ssd/ssd_kernel_precision.cpp): round_tf32,
 // and chunked_kernel_precision computing the same function as the fp64 recurrence (fp32 io).
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
-#include <vector>
 
 #include "catch_compat.h"
-#include "reference/core/tensor.h"
-#include "reference/ssd/ssd.h"
 #include "reference/ssd/tests/ssd_test_inputs.h"
 
 using namespace assay;
-using ssd::Inputs;
-using ssd::Params;
-using ssd_test::Cfg;
-using ssd_test::make_inputs;
-using ssd_test::params;
+using namespace ssd_test;
 
 TEST_CASE("ssd: round_tf32 keeps 10 mantissa bits, ties to even", "[cpu][L0]") {
   REQUIRE(ssd::round_tf32(1.0) == 1.0);
@@ -35,14 +27,14 @@ TEST_CASE("ssd: the kernel-precision emulation computes the same function (fp32 
   // initial states of sequence 0). A wrong mask, carry or decay would be O(1).
   Cfg c;
   c.T = 200, c.seed = 45;
-  Inputs in = make_inputs(c);
+  ssd::Inputs in = make_inputs(c);
   for (auto* v : {&in.x, &in.B, &in.C, &in.z, &in.dt, &in.A, &in.D, &in.dt_bias, &in.initial_states})
     for (auto& e : *v) e = round_to(DType::f32, e);
   in.seq_idx.assign(c.T, 0);
   for (int64_t t = 0; t < c.T; ++t) in.seq_idx[t] = t < 10 ? 0 : (t < 150 ? 1 : 2);
   in.cu_seqlens = {0, 10, 150, 200};
   for (int64_t Q : {16, 64}) {
-    const Params p = params(Q);
+    const ssd::Params p = params(Q);
     const auto truth = ssd::recurrence(p, in);
     for (bool tf32 : {false, true}) {
       const auto emu = ssd::chunked_kernel_precision(p, in, {DType::f32, DType::f32, tf32});
