@@ -170,8 +170,9 @@ using detail::store_state;
 
 // One token of the recurrence on S [K][V] (decay first, spec 3.2), the decode step's. Writes o[V]
 // and its bound; when s_bound is not null, also the final-state bound of this step, |e^g S| + this
-// token's update term |k| |beta| (|v| + |e^g S|^T |k|). recurrent() below does the same arithmetic
-// in fused sweeps over column blocks (and keeps a running max of the update terms per chunk).
+// token's update term |k| |beta| (|v| + |e^g S|^T |k|). recurrent() (gated_delta_recurrent.cpp)
+// does the same arithmetic in fused sweeps over column blocks (and keeps a running max of the
+// update terms per chunk).
 void step(double* S, int64_t K, int64_t V, double g, double beta, const double* k, const double* v,
           const double* q, double scale, Mutant mutant, double* kv_mem, double* o, double* o_bound,
           double* s_bound) {
