@@ -226,6 +226,22 @@ def torch_timer(torch, refs, key, shape):
     def unif(lo, hi, *s):
         return lo + (hi - lo) * torch.rand(*s, generator=gen, dtype=d)
 
+    def forward(ref, *args):  # one timed call of ref(*args), without autograd
+        def run():
+            with torch.inference_mode():
+                return wall(lambda: ref(*args))
+        return run
+
+    def backward(ref, args, extra, grad_out):
+        # ref(*leaves, *extra) untimed on fresh leaves (copies of args requiring grad); timed: the
+        # backward of its (first) output with grad_out.
+        def run():
+            leaves = [t.clone().requires_grad_() for t in args]
+            out = ref(*leaves, *extra)
+            out = out[0] if isinstance(out, tuple) else out
+            return wall(lambda: out.backward(grad_out))
+        return run
+
     if key == "mm":
         n = shape["N"]
         a, b_ = randn(n, n), randn(n, n)
@@ -234,15 +250,8 @@ def torch_timer(torch, refs, key, shape):
         B, H, S, D = shape["B"], shape["H"], shape["S"], shape["D"]
         q, k, v, do = randn(B, S, H, D), randn(B, S, H, D), randn(B, S, H, D), randn(B, S, H, D)
         if key == "sdpa_fwd":
-            def fwd():
-                with torch.inference_mode():
-                    return wall(lambda: refs["sdpa"](q, k, v))
-            return fwd
-        def bwd():
-            qq, kk, vv = (t.clone().requires_grad_() for t in (q, k, v))
-            o = refs["sdpa"](qq, kk, vv)
-            return wall(lambda: o.backward(do))
-        return bwd
+            return forward(refs["sdpa"], q, k, v)
+        return backward(refs["sdpa"], [q, k, v], (), do)
     if key in ("ssd_chunked", "ssd_chunked_bwd"):
         B, T, H, P, N, G, Q = (shape[c] for c in ("B", "T", "H", "P", "N", "G", "Q"))
         x, z, dt = randn(B, T, H, P), randn(B, T, H, P), randn(B, T, H)
@@ -250,35 +259,18 @@ def torch_timer(torch, refs, key, shape):
         Bm, Cm, dout = randn(B, T, G, N), randn(B, T, G, N), randn(B, T, H, P)
         args = [x, dt, A, Bm, Cm, Dp, z, dt_bias]
         if key == "ssd_chunked":
-            def fwd():
-                with torch.inference_mode():
-                    return wall(lambda: refs["ssd_chunked"](*args, Q))
-            return fwd
-        def bwd():
-            leaves = [t.clone().requires_grad_() for t in args]
-            out, _ = refs["ssd_chunked"](*leaves, Q)
-            return wall(lambda: out.backward(dout))
-        return bwd
+            return forward(refs["ssd_chunked"], *args, Q)
+        return backward(refs["ssd_chunked"], args, (Q,), dout)
     if key in ("gdn_chunked", "gdn_recurrent", "gdn_chunked_bwd"):
         B, T, H, K, V, Q = (shape[c] for c in ("B", "T", "H", "K", "V", "Q"))
         q, k, v = randn(B, T, H, K), randn(B, T, H, K), randn(B, T, H, V)
         g, beta, do = unif(-1.0, 0.0, B, T, H), unif(0.0, 1.0, B, T, H), randn(B, T, H, V)
         args = [q, k, v, g, beta]
         if key == "gdn_recurrent":
-            def rec():
-                with torch.inference_mode():
-                    return wall(lambda: refs["gdn_recurrent"](*args))
-            return rec
+            return forward(refs["gdn_recurrent"], *args)
         if key == "gdn_chunked":
-            def fwd():
-                with torch.inference_mode():
-                    return wall(lambda: refs["gdn_chunked"](*args, Q))
-            return fwd
-        def bwd():
-            leaves = [t.clone().requires_grad_() for t in args]
-            o, _ = refs["gdn_chunked"](*leaves, Q)
-            return wall(lambda: o.backward(do))
-        return bwd
+            return forward(refs["gdn_chunked"], *args, Q)
+        return backward(refs["gdn_chunked"], args, (Q,), do)
     raise KeyError(key)
 
 

@@ -47,6 +47,25 @@ def timed_check(assay, op, fn, claimed, out, warmup_golden, sync=lambda: None, p
     return report, time.perf_counter() - t0
 
 
+def backward_leaves(golden, supports, grads, device):
+    """For a backward example's fn(golden): refuses a golden that ``supports`` does not claim
+    (NotImplementedError with the reason), else returns (case fields, the golden's inputs as torch
+    tensors on ``device``, and a leaf copy requiring grad of every input that a gradient of
+    ``grads`` (gradient name -> input name) belongs to)."""
+    ok, why = supports(golden.case, golden)
+    if not ok:
+        raise NotImplementedError(f"{golden.case_name}: {why}")
+    x = golden.to_torch(device=device)
+    leaves = {name: x[name].clone().requires_grad_(True) for name in grads.values() if name in x}
+    return golden.case, x, leaves
+
+
+def leaf_grads(leaves, grads):
+    """The leaves' gradients after the backward pass, under the golden's names (``grads``: gradient
+    name -> input name; only the inputs the golden has)."""
+    return {grad: leaves[name].grad for grad, name in grads.items() if name in leaves}
+
+
 def _first_present(d, *keys):
     for k in keys:
         v = d.get(k)

@@ -59,13 +59,10 @@ def supports(case, golden=None):
 
 def make_fn(kernel, device="cuda"):
     """fn(golden) -> forward outputs and gradients, for assay.check."""
+    from _claims import backward_leaves, leaf_grads
+
     def fn(golden):
-        ok, why = supports(golden.case, golden)
-        if not ok:
-            raise NotImplementedError(f"{golden.case_name}: {why}")
-        c = golden.case
-        x = golden.to_torch(device=device)
-        leaves = {name: x[name].clone().requires_grad_(True) for name in GRADS.values() if name in x}
+        c, x, leaves = backward_leaves(golden, supports, GRADS, device)
         gate = c.get("gate", "log")
         beta_mode = c.get("beta_mode", "given")
         kw = {}
@@ -87,11 +84,7 @@ def make_fn(kernel, device="cuda"):
             cu_seqlens=cu, chunk_size=int(c.get("chunk_size", 64)), **kw)
         dht = x["dht"].to(final_state.dtype) if "dht" in x else torch.zeros_like(final_state)
         torch.autograd.backward([o, final_state], [x["do"].to(o.dtype), dht])
-        res = {"o": o.detach(), "final_state": final_state.detach()}
-        for grad, name in GRADS.items():
-            if name in leaves:
-                res[grad] = leaves[name].grad
-        return res
+        return {"o": o.detach(), "final_state": final_state.detach(), **leaf_grads(leaves, GRADS)}
     return fn
 
 

@@ -71,16 +71,10 @@ def supports(case, golden=None):
 
 def make_fn(kernel, device="cuda"):
     """fn(golden) -> forward outputs and gradients, for assay.check."""
+    from _claims import backward_leaves, leaf_grads
+
     def fn(golden):
-        ok, why = supports(golden.case, golden)
-        if not ok:
-            raise NotImplementedError(f"{golden.case_name}: {why}")
-        c = golden.case
-        x = golden.to_torch(device=device)
-        leaves = {}
-        for name in GRADS.values():
-            if name in x:
-                leaves[name] = x[name].clone().requires_grad_(True)
+        c, x, leaves = backward_leaves(golden, supports, GRADS, device)
         seq_idx = x["seq_idx"].to(torch.int32).contiguous() if "seq_idx" in x else None
         dt_limit = (float(c.get("dt_min", 0.0)), float(c.get("dt_max", float("inf"))))
         out, final_states = kernel(
@@ -92,11 +86,7 @@ def make_fn(kernel, device="cuda"):
         grads_in = [x["dout"].to(out.dtype), x["dfinal_states"].to(final_states.dtype)
                     if "dfinal_states" in x else torch.zeros_like(final_states)]
         torch.autograd.backward(grads_out, grads_in)
-        res = {"out": out.detach(), "final_states": final_states.detach()}
-        for g, name in GRADS.items():
-            if name in leaves:
-                res[g] = leaves[name].grad
-        return res
+        return {"out": out.detach(), "final_states": final_states.detach(), **leaf_grads(leaves, GRADS)}
     return fn
 
 

@@ -39,11 +39,11 @@
 #include <memory>
 #include <utility>
 #include <nlohmann/json.hpp>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "reference/attention/attention.h"
+#include "reference/bench/bench_cases.h"
 #include "reference/core/prefault.h"
 #include "reference/core/simd_isa.h"
 #include "reference/gated_delta/gated_delta.h"
@@ -54,135 +54,7 @@
 
 namespace {
 
-namespace att = assay::attention;
-namespace ssd = assay::ssd;
-namespace gd = assay::gated_delta;
-namespace m3 = assay::mamba3;
-using Vec = std::vector<double>;
-
-// ---------------------------------------------------------------------------------------------
-// Inputs
-
-struct Rng {
-  std::mt19937_64 g;
-  explicit Rng(uint64_t seed) : g(seed) {}
-  Vec normal(int64_t n, double mean = 0, double sd = 1) {
-    std::normal_distribution<double> d(mean, sd);
-    Vec v(static_cast<size_t>(n));
-    for (auto& x : v) x = d(g);
-    return v;
-  }
-  Vec uniform(int64_t n, double lo, double hi) {
-    std::uniform_real_distribution<double> d(lo, hi);
-    Vec v(static_cast<size_t>(n));
-    for (auto& x : v) x = d(g);
-    return v;
-  }
-};
-
-struct AttnShape { int64_t B, H, S, D; };
-struct SsdShape { int64_t B, T, H, P, N, G, Q; };
-struct GdShape { int64_t B, T, H, K, V, Q; };
-struct M3Shape { int64_t B, T, H, G, N, P, S, Q; };
-
-std::string label(const AttnShape& s) {
-  return "B=" + std::to_string(s.B) + " H=" + std::to_string(s.H) + " S=" + std::to_string(s.S) +
-         " D=" + std::to_string(s.D);
-}
-std::string label(const SsdShape& s) {
-  return "B=" + std::to_string(s.B) + " T=" + std::to_string(s.T) + " H=" + std::to_string(s.H) +
-         " P=" + std::to_string(s.P) + " N=" + std::to_string(s.N) + " G=" + std::to_string(s.G) +
-         " Q=" + std::to_string(s.Q);
-}
-std::string label(const GdShape& s) {
-  return "B=" + std::to_string(s.B) + " T=" + std::to_string(s.T) + " H=" + std::to_string(s.H) +
-         " K=" + std::to_string(s.K) + " V=" + std::to_string(s.V) + " Q=" + std::to_string(s.Q);
-}
-std::string label(const M3Shape& s) {
-  return "B=" + std::to_string(s.B) + " T=" + std::to_string(s.T) + " H=" + std::to_string(s.H) +
-         " G=" + std::to_string(s.G) + " N=" + std::to_string(s.N) + " P=" + std::to_string(s.P) +
-         " S=" + std::to_string(s.S) + " Q=" + std::to_string(s.Q);
-}
-
-// Attention: dense, non-causal, Hq = Hkv, q/k/v normal (fixtures/attention.cpp).
-struct AttnCase {
-  att::Params p;
-  Vec q, k, v, sink, dout;
-};
-AttnCase make_attn(const AttnShape& s, uint64_t seed = 1) {
-  AttnCase c;
-  c.p.B = s.B, c.p.Sq = c.p.Sk = s.S, c.p.Hq = c.p.Hkv = s.H, c.p.D = c.p.Dv = s.D;
-  Rng r(seed);
-  const int64_t n = s.B * s.S * s.H * s.D;
-  c.q = r.normal(n), c.k = r.normal(n), c.v = r.normal(n), c.dout = r.normal(n);
-  return c;
-}
-
-// SSD (fixtures/ssd.cpp): x, B, C, z normal; dt normal (raw, softplus(dt + dt_bias) in the
-// oracle); A uniform [-1, -0.05]; dt_bias uniform [-3, -1]; D [H] normal. No bounds
-// (compute_bounds = false): the forms' own work, as the torch references do.
-struct SsdCase {
-  ssd::Params p;
-  ssd::Inputs in;
-  Vec dout;
-};
-SsdCase make_ssd(const SsdShape& s, uint64_t seed = 2) {
-  SsdCase c;
-  c.p.chunk_size = s.Q, c.p.dt_softplus = true, c.p.compute_bounds = false;
-  auto& in = c.in;
-  in.batch = s.B, in.seqlen = s.T, in.nheads = s.H, in.headdim = s.P, in.ngroups = s.G, in.dstate = s.N;
-  Rng r(seed);
-  const int64_t nx = s.B * s.T * s.H * s.P, nbc = s.B * s.T * s.G * s.N;
-  in.x = r.normal(nx), in.dt = r.normal(s.B * s.T * s.H), in.A = r.uniform(s.H, -1.0, -0.05);
-  in.B = r.normal(nbc), in.C = r.normal(nbc), in.D = r.normal(s.H), in.z = r.normal(nx);
-  in.dt_bias = r.uniform(s.H, -3.0, -1.0);
-  c.dout = r.normal(nx);
-  return c;
-}
-
-// Gated delta (fixtures/gated_delta.cpp): q, k, v normal with qk_l2norm (fla's
-// use_qk_l2norm_in_kernel; unnormalised K = 128 keys make the delta rule diverge), log gate
-// uniform [-1, 0], beta uniform [0, 1], H = HV, no initial state.
-struct GdCase {
-  gd::Params p;
-  gd::Inputs in;
-  Vec d_o;
-};
-GdCase make_gd(const GdShape& s, uint64_t seed = 3) {
-  GdCase c;
-  c.p.B = s.B, c.p.T = s.T, c.p.H = c.p.HV = s.H, c.p.K = s.K, c.p.V = s.V, c.p.chunk_size = s.Q;
-  c.p.gate = gd::GateMode::log, c.p.beta = gd::BetaMode::given, c.p.qk_l2norm = true;
-  Rng r(seed);
-  const int64_t nqk = s.B * s.T * s.H * s.K, nv = s.B * s.T * s.H * s.V, ng = s.B * s.T * s.H;
-  c.in.q = r.normal(nqk), c.in.k = r.normal(nqk), c.in.v = r.normal(nv);
-  c.in.g = r.uniform(ng, -1.0, 0.0), c.in.beta = r.uniform(ng, 0.0, 1.0);
-  c.d_o = r.normal(nv);
-  return c;
-}
-
-// Mamba-3 SISO (fixtures/mamba3.cpp): Q, K, V, Trap, Angles, Z normal; DT uniform [0.005, 0.5];
-// ADT = -DT * uniform [0.05, 1.5]; Q/K biases normal(1, 0.5); D normal; no input states.
-struct M3Case {
-  m3::SisoParams p;
-  m3::SisoInputs in;
-};
-M3Case make_m3(const M3Shape& s, uint64_t seed = 4) {
-  M3Case c;
-  c.p.B = s.B, c.p.T = s.T, c.p.H = s.H, c.p.G = s.G, c.p.N = s.N, c.p.P = s.P, c.p.S = s.S;
-  c.p.chunk_size = s.Q;
-  Rng r(seed);
-  const int64_t nqk = s.B * s.T * s.G * s.N, nv = s.B * s.T * s.H * s.P, bht = s.B * s.H * s.T;
-  c.in.q = r.normal(nqk), c.in.k = r.normal(nqk), c.in.v = r.normal(nv);
-  c.in.dt = r.uniform(bht, 0.005, 0.5);
-  const Vec rate = r.uniform(bht, 0.05, 1.5);
-  c.in.adt.resize(static_cast<size_t>(bht));
-  for (size_t i = 0; i < rate.size(); ++i) c.in.adt[i] = -(c.in.dt[i] * rate[i]);
-  c.in.trap = r.normal(bht);
-  c.in.q_bias = r.normal(s.H * s.N, 1.0, 0.5), c.in.k_bias = r.normal(s.H * s.N, 1.0, 0.5);
-  c.in.angles = r.normal(s.B * s.T * s.H * s.S);
-  c.in.d = r.normal(s.H), c.in.z = r.normal(nv);
-  return c;
-}
+using namespace assay_bench;
 
 // ---------------------------------------------------------------------------------------------
 // FLOP models (double: the counts pass 2^31 easily). Q = chunk, per (batch, head); a multiply-add
@@ -312,30 +184,22 @@ void BM_dgemm(benchmark::State& st, int64_t n) {
 // acc = acc * m + a in registers, iters times. Returns the FLOPs done (2 per lane and FMA).
 constexpr int kChains = 16;
 #ifdef ASSAY_SIMD_X86
-__attribute__((target("avx512f"))) double fma_chains_avx512(int64_t iters) {
-  __m512d acc[kChains];
-  for (int j = 0; j < kChains; ++j) acc[j] = _mm512_set1_pd(1.0 + j * 1e-3);
-  const __m512d m = _mm512_set1_pd(0.999999999), a = _mm512_set1_pd(1e-9);
-  for (int64_t i = 0; i < iters; ++i)
-#pragma GCC unroll 16
-    for (int j = 0; j < kChains; ++j) acc[j] = _mm512_fmadd_pd(acc[j], m, a);
-  __m512d s = acc[0];
-  for (int j = 1; j < kChains; ++j) s = _mm512_add_pd(s, acc[j]);
-  benchmark::DoNotOptimize(s);
-  return 2.0 * 8 * kChains * static_cast<double>(iters);
-}
-__attribute__((target("avx2,fma"))) double fma_chains_avx2(int64_t iters) {
-  __m256d acc[kChains];
-  for (int j = 0; j < kChains; ++j) acc[j] = _mm256_set1_pd(1.0 + j * 1e-3);
-  const __m256d m = _mm256_set1_pd(0.999999999), a = _mm256_set1_pd(1e-9);
-  for (int64_t i = 0; i < iters; ++i)
-#pragma GCC unroll 16
-    for (int j = 0; j < kChains; ++j) acc[j] = _mm256_fmadd_pd(acc[j], m, a);
-  __m256d s = acc[0];
-  for (int j = 1; j < kChains; ++j) s = _mm256_add_pd(s, acc[j]);
-  benchmark::DoNotOptimize(s);
-  return 2.0 * 4 * kChains * static_cast<double>(iters);
-}
+// One body per x86 vector width: W lanes of type VD, the intrinsics of prefix P, compiled for TARGET.
+#define ASSAY_FMA_CHAINS(NAME, TARGET, VD, P, W)                                          \
+  __attribute__((target(TARGET))) double NAME(int64_t iters) {                             \
+    VD acc[kChains];                                                                        \
+    for (int j = 0; j < kChains; ++j) acc[j] = P##_set1_pd(1.0 + j * 1e-3);                \
+    const VD m = P##_set1_pd(0.999999999), a = P##_set1_pd(1e-9);                          \
+    for (int64_t i = 0; i < iters; ++i)                                                     \
+      _Pragma("GCC unroll 16") for (int j = 0; j < kChains; ++j) acc[j] = P##_fmadd_pd(acc[j], m, a); \
+    VD s = acc[0];                                                                          \
+    for (int j = 1; j < kChains; ++j) s = P##_add_pd(s, acc[j]);                            \
+    benchmark::DoNotOptimize(s);                                                            \
+    return 2.0 * W * kChains * static_cast<double>(iters);                                  \
+  }
+ASSAY_FMA_CHAINS(fma_chains_avx512, "avx512f", __m512d, _mm512, 8)
+ASSAY_FMA_CHAINS(fma_chains_avx2, "avx2,fma", __m256d, _mm256, 4)
+#undef ASSAY_FMA_CHAINS
 #endif
 double fma_chains(int64_t iters) {
 #ifdef ASSAY_SIMD_X86
@@ -392,81 +256,22 @@ void BM_triad(benchmark::State& st, bool quick) {
   st.SetLabel("n=" + std::to_string(n));
 }
 
-void BM_attention_fwd_definitional(benchmark::State& st, AttnShape s, bool quick) {
-  const auto c = make_attn(s);
+// One oracle form: its case made from the shape (untimed), the shape as the label, form(case)
+// timed against the form's FLOP model.
+template <class Shape, class Form>
+void BM_form(benchmark::State& st, Shape s, bool quick, double (*flops)(const Shape&), Form form) {
+  const auto c = make_case(s);
   st.SetLabel(label(s));
-  run_timed(st, flops_attn_fwd(s), [&] { keep(att::forward_definitional(c.p, c.q, c.k, c.v, c.sink)); }, quick);
+  run_timed(st, flops(s), [&] { keep(form(c)); }, quick);
 }
-void BM_attention_fwd_online(benchmark::State& st, AttnShape s, bool quick) {
-  const auto c = make_attn(s);
-  st.SetLabel(label(s));
-  run_timed(st, flops_attn_fwd(s), [&] { keep(att::forward_online(c.p, c.q, c.k, c.v, c.sink)); }, quick);
-}
-void BM_attention_bwd_definitional(benchmark::State& st, AttnShape s, bool quick) {
-  const auto c = make_attn(s);
-  st.SetLabel(label(s));
-  run_timed(st, flops_attn_bwd(s),
-            [&] { keep(att::backward_definitional(c.p, c.q, c.k, c.v, c.sink, c.dout, {})); }, quick);
-}
+
+// The tiled attention backward reads the forward's o and lse: computed before the timed loop.
 void BM_attention_bwd_tiled(benchmark::State& st, AttnShape s, bool quick) {
-  const auto c = make_attn(s);
+  const auto c = make_case(s);
   const auto f = att::forward_online(c.p, c.q, c.k, c.v, c.sink);  // o, lse (untimed)
   st.SetLabel(label(s));
   run_timed(st, flops_attn_bwd(s),
             [&] { keep(att::backward_tiled(c.p, c.q, c.k, c.v, c.sink, f.o, f.lse, c.dout, {})); }, quick);
-}
-
-void BM_ssd_recurrence(benchmark::State& st, SsdShape s, bool quick) {
-  const auto c = make_ssd(s);
-  st.SetLabel(label(s));
-  run_timed(st, flops_ssd_recurrence(s), [&] { keep(ssd::recurrence(c.p, c.in)); }, quick);
-}
-void BM_ssd_chunked(benchmark::State& st, SsdShape s, bool quick) {
-  const auto c = make_ssd(s);
-  st.SetLabel(label(s));
-  run_timed(st, flops_ssd_chunked(s), [&] { keep(ssd::chunked(c.p, c.in)); }, quick);
-}
-void BM_ssd_bwd_recurrent(benchmark::State& st, SsdShape s, bool quick) {
-  const auto c = make_ssd(s);
-  st.SetLabel(label(s));
-  run_timed(st, flops_ssd_bwd_recurrent(s), [&] { keep(ssd::backward_recurrent(c.p, c.in, c.dout)); }, quick);
-}
-void BM_ssd_bwd_chunked(benchmark::State& st, SsdShape s, bool quick) {
-  const auto c = make_ssd(s);
-  st.SetLabel(label(s));
-  run_timed(st, flops_ssd_bwd_chunked(s), [&] { keep(ssd::backward_chunked(c.p, c.in, c.dout)); }, quick);
-}
-
-void BM_gated_delta_recurrent(benchmark::State& st, GdShape s, bool quick) {
-  const auto c = make_gd(s);
-  st.SetLabel(label(s));
-  run_timed(st, flops_gd_recurrent(s), [&] { keep(gd::recurrent(c.p, c.in)); }, quick);
-}
-void BM_gated_delta_chunked(benchmark::State& st, GdShape s, bool quick) {
-  const auto c = make_gd(s);
-  st.SetLabel(label(s));
-  run_timed(st, flops_gd_chunked(s), [&] { keep(gd::chunked(c.p, c.in)); }, quick);
-}
-void BM_gated_delta_bwd_recurrent(benchmark::State& st, GdShape s, bool quick) {
-  const auto c = make_gd(s);
-  st.SetLabel(label(s));
-  run_timed(st, flops_gd_bwd_recurrent(s), [&] { keep(gd::backward_recurrent(c.p, c.in, c.d_o)); }, quick);
-}
-void BM_gated_delta_bwd_chunked(benchmark::State& st, GdShape s, bool quick) {
-  const auto c = make_gd(s);
-  st.SetLabel(label(s));
-  run_timed(st, flops_gd_bwd_chunked(s), [&] { keep(gd::backward_chunked(c.p, c.in, c.d_o)); }, quick);
-}
-
-void BM_mamba3_siso_step(benchmark::State& st, M3Shape s, bool quick) {
-  const auto c = make_m3(s);
-  st.SetLabel(label(s));
-  run_timed(st, flops_m3_step(s), [&] { keep(m3::siso_step(c.p, c.in)); }, quick);
-}
-void BM_mamba3_siso_chunked(benchmark::State& st, M3Shape s, bool quick) {
-  const auto c = make_m3(s);
-  st.SetLabel(label(s));
-  run_timed(st, flops_m3_chunked(s), [&] { keep(m3::siso_chunked(c.p, c.in)); }, quick);
 }
 
 // Shapes. full: the issue's; quick: a smoke run of a few seconds.
@@ -499,37 +304,40 @@ void register_all() {
     const Shapes& s = quick ? kQuick : kFull;
     const std::string sfx = quick ? "/quick" : "/full";
     const double min_time = quick ? 0.1 : 0.5;
-    const auto reg = [&](const char* name, auto fn, auto shape) {
-      benchmark::RegisterBenchmark((name + sfx).c_str(), fn, shape, quick)
+    const auto reg_fn = [&](const char* name, auto fn, auto... args) {
+      benchmark::RegisterBenchmark((name + sfx).c_str(), fn, args...)
           ->UseRealTime()
           ->Unit(benchmark::kMillisecond)
           ->MinTime(min_time);
     };
-    benchmark::RegisterBenchmark(("BM_dgemm" + sfx).c_str(), BM_dgemm, s.dgemm_n)
-        ->UseRealTime()
-        ->Unit(benchmark::kMillisecond)
-        ->MinTime(min_time);
-    using Ceiling = void (*)(benchmark::State&, bool);
-    for (const auto& [name, fn] : {std::pair<const char*, Ceiling>{"BM_fma_peak", BM_fma_peak},
-                                   std::pair<const char*, Ceiling>{"BM_triad", BM_triad}})
-      benchmark::RegisterBenchmark((std::string(name) + sfx).c_str(), fn, quick)
-          ->UseRealTime()
-          ->Unit(benchmark::kMillisecond)
-          ->MinTime(min_time);
-    reg("BM_attention_fwd_definitional", BM_attention_fwd_definitional, s.attn_fwd);
-    reg("BM_attention_fwd_online", BM_attention_fwd_online, s.attn_fwd);
-    reg("BM_attention_bwd_definitional", BM_attention_bwd_definitional, s.attn_bwd);
-    reg("BM_attention_bwd_tiled", BM_attention_bwd_tiled, s.attn_bwd);
-    reg("BM_ssd_recurrence", BM_ssd_recurrence, s.ssd_fwd);
-    reg("BM_ssd_chunked", BM_ssd_chunked, s.ssd_fwd);
-    reg("BM_ssd_bwd_recurrent", BM_ssd_bwd_recurrent, s.ssd_bwd);
-    reg("BM_ssd_bwd_chunked", BM_ssd_bwd_chunked, s.ssd_bwd);
-    reg("BM_gated_delta_recurrent", BM_gated_delta_recurrent, s.gd_fwd);
-    reg("BM_gated_delta_chunked", BM_gated_delta_chunked, s.gd_fwd);
-    reg("BM_gated_delta_bwd_recurrent", BM_gated_delta_bwd_recurrent, s.gd_bwd);
-    reg("BM_gated_delta_bwd_chunked", BM_gated_delta_bwd_chunked, s.gd_bwd);
-    reg("BM_mamba3_siso_step", BM_mamba3_siso_step, s.m3);
-    reg("BM_mamba3_siso_chunked", BM_mamba3_siso_chunked, s.m3);
+    // A form of an op: form(case) timed at `shape`, against the FLOP model `flops`.
+    const auto reg = [&](const char* name, auto shape, double (*flops)(const decltype(shape)&), auto form) {
+      reg_fn(name, BM_form<decltype(shape), decltype(form)>, shape, quick, flops, form);
+    };
+    reg_fn("BM_dgemm", BM_dgemm, s.dgemm_n);
+    reg_fn("BM_fma_peak", BM_fma_peak, quick);
+    reg_fn("BM_triad", BM_triad, quick);
+    reg("BM_attention_fwd_definitional", s.attn_fwd, flops_attn_fwd,
+        [](const AttnCase& c) { return att::forward_definitional(c.p, c.q, c.k, c.v, c.sink); });
+    reg("BM_attention_fwd_online", s.attn_fwd, flops_attn_fwd,
+        [](const AttnCase& c) { return att::forward_online(c.p, c.q, c.k, c.v, c.sink); });
+    reg("BM_attention_bwd_definitional", s.attn_bwd, flops_attn_bwd,
+        [](const AttnCase& c) { return att::backward_definitional(c.p, c.q, c.k, c.v, c.sink, c.dout, {}); });
+    reg_fn("BM_attention_bwd_tiled", BM_attention_bwd_tiled, s.attn_bwd, quick);
+    reg("BM_ssd_recurrence", s.ssd_fwd, flops_ssd_recurrence, [](const SsdCase& c) { return ssd::recurrence(c.p, c.in); });
+    reg("BM_ssd_chunked", s.ssd_fwd, flops_ssd_chunked, [](const SsdCase& c) { return ssd::chunked(c.p, c.in); });
+    reg("BM_ssd_bwd_recurrent", s.ssd_bwd, flops_ssd_bwd_recurrent,
+        [](const SsdCase& c) { return ssd::backward_recurrent(c.p, c.in, c.dout); });
+    reg("BM_ssd_bwd_chunked", s.ssd_bwd, flops_ssd_bwd_chunked,
+        [](const SsdCase& c) { return ssd::backward_chunked(c.p, c.in, c.dout); });
+    reg("BM_gated_delta_recurrent", s.gd_fwd, flops_gd_recurrent, [](const GdCase& c) { return gd::recurrent(c.p, c.in); });
+    reg("BM_gated_delta_chunked", s.gd_fwd, flops_gd_chunked, [](const GdCase& c) { return gd::chunked(c.p, c.in); });
+    reg("BM_gated_delta_bwd_recurrent", s.gd_bwd, flops_gd_bwd_recurrent,
+        [](const GdCase& c) { return gd::backward_recurrent(c.p, c.in, c.dout); });
+    reg("BM_gated_delta_bwd_chunked", s.gd_bwd, flops_gd_bwd_chunked,
+        [](const GdCase& c) { return gd::backward_chunked(c.p, c.in, c.dout); });
+    reg("BM_mamba3_siso_step", s.m3, flops_m3_step, [](const M3Case& c) { return m3::siso_step(c.p, c.in); });
+    reg("BM_mamba3_siso_chunked", s.m3, flops_m3_chunked, [](const M3Case& c) { return m3::siso_chunked(c.p, c.in); });
   }
 }
 
@@ -542,7 +350,7 @@ int write_crosscheck(const std::string& path) {
   json j;
   {
     const AttnShape s{1, 2, 37, 16};
-    const auto c = make_attn(s, 11);
+    const auto c = make_case(s, 11);
     const auto r = att::forward_definitional(c.p, c.q, c.k, c.v, c.sink);
     j["attention"] = {{"shape", {{"B", s.B}, {"H", s.H}, {"S", s.S}, {"D", s.D}}},
                       {"inputs", {{"q", c.q}, {"k", c.k}, {"v", c.v}}},
@@ -550,7 +358,7 @@ int write_crosscheck(const std::string& path) {
   }
   {
     const SsdShape s{1, 100, 2, 8, 16, 1, 16};
-    const auto c = make_ssd(s, 12);
+    const auto c = make_case(s, 12);
     const auto r = ssd::recurrence(c.p, c.in);
     j["ssd"] = {{"shape", {{"B", s.B}, {"T", s.T}, {"H", s.H}, {"P", s.P}, {"N", s.N}, {"G", s.G}, {"Q", s.Q}}},
                 {"inputs",
@@ -560,7 +368,7 @@ int write_crosscheck(const std::string& path) {
   }
   {
     const GdShape s{1, 100, 2, 16, 16, 16};
-    const auto c = make_gd(s, 13);
+    const auto c = make_case(s, 13);
     const auto r = gd::recurrent(c.p, c.in);
     j["gated_delta"] = {{"shape", {{"B", s.B}, {"T", s.T}, {"H", s.H}, {"K", s.K}, {"V", s.V}, {"Q", s.Q}}},
                         {"inputs", {{"q", c.in.q}, {"k", c.in.k}, {"v", c.in.v}, {"g", c.in.g}, {"beta", c.in.beta}}},

@@ -183,28 +183,30 @@ const DTypeInfo& info(DType t) {
 std::string_view name(DType t) { return info(t).name; }
 
 std::optional<DType> parse_dtype(std::string_view s) {
-  struct Alias {
-    std::string_view n;
+  // Every accepted spelling of each dtype (assay's, torch's and other common ones).
+  struct Names {
     DType t;
+    std::string_view names[5];  // (unused slots empty)
   };
-  static const Alias kAliases[] = {
-      {"fp64", DType::f64},        {"f64", DType::f64},           {"float64", DType::f64},
-      {"double", DType::f64},      {"fp32", DType::f32},          {"f32", DType::f32},
-      {"float32", DType::f32},     {"float", DType::f32},         {"bf16", DType::bf16},
-      {"bfloat16", DType::bf16},   {"fp16", DType::f16},          {"f16", DType::f16},
-      {"half", DType::f16},        {"float16", DType::f16},       {"fp8e4m3", DType::e4m3},
-      {"e4m3", DType::e4m3},       {"e4m3fn", DType::e4m3},       {"fp8e4m3fn", DType::e4m3},
-      {"float8_e4m3fn", DType::e4m3}, {"fp8e5m2", DType::e5m2},   {"e5m2", DType::e5m2},
-      {"float8_e5m2", DType::e5m2}, {"fp4e2m1", DType::e2m1},     {"e2m1", DType::e2m1},
-      {"fp4", DType::e2m1},        {"float4_e2m1fn_x2", DType::e2m1}, {"ue8m0", DType::ue8m0},
-      {"e8m0", DType::ue8m0},      {"float8_e8m0fnu", DType::ue8m0}, {"e8m0fnu", DType::ue8m0},
-      {"int8", DType::i8},         {"i8", DType::i8},             {"uint8", DType::u8},
-      {"u8", DType::u8},           {"int32", DType::i32},         {"i32", DType::i32},
-      {"uint32", DType::u32},      {"u32", DType::u32},           {"int64", DType::i64},
-      {"i64", DType::i64},
+  static const Names kNames[] = {
+      {DType::f64, {"fp64", "f64", "float64", "double"}},
+      {DType::f32, {"fp32", "f32", "float32", "float"}},
+      {DType::bf16, {"bf16", "bfloat16"}},
+      {DType::f16, {"fp16", "f16", "half", "float16"}},
+      {DType::e4m3, {"fp8e4m3", "e4m3", "e4m3fn", "fp8e4m3fn", "float8_e4m3fn"}},
+      {DType::e5m2, {"fp8e5m2", "e5m2", "float8_e5m2"}},
+      {DType::e2m1, {"fp4e2m1", "e2m1", "fp4", "float4_e2m1fn_x2"}},
+      {DType::ue8m0, {"ue8m0", "e8m0", "float8_e8m0fnu", "e8m0fnu"}},
+      {DType::i8, {"int8", "i8"}},
+      {DType::u8, {"uint8", "u8"}},
+      {DType::i32, {"int32", "i32"}},
+      {DType::u32, {"uint32", "u32"}},
+      {DType::i64, {"int64", "i64"}},
   };
-  for (const auto& a : kAliases)
-    if (a.n == s) return a.t;
+  if (s.empty()) return std::nullopt;
+  for (const auto& d : kNames)
+    for (std::string_view n : d.names)
+      if (n == s) return d.t;
   return std::nullopt;
 }
 

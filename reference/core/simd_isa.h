@@ -41,37 +41,33 @@ inline SimdIsa simd_isa_pick(SimdIsa isa) {
 namespace simd {
 
 #ifdef ASSAY_SIMD_X86
+// The x86 bodies' operations: W lanes of type VD, the intrinsics of prefix P (_mm512, _mm256).
+#define ASSAY_SIMD_X86_OPS(W, VD, P)                                  \
+  constexpr int kW = W; /* lanes */                                   \
+  using Vd = VD;                                                      \
+  inline Vd vzero() { return P##_setzero_pd(); }                     \
+  inline Vd vset1(double x) { return P##_set1_pd(x); }               \
+  inline Vd vload(const double* p) { return P##_loadu_pd(p); }       \
+  inline void vstore(double* p, Vd v) { P##_storeu_pd(p, v); }       \
+  inline Vd vfma(Vd a, Vd b, Vd c) { return P##_fmadd_pd(a, b, c); } \
+  inline Vd vmul(Vd a, Vd b) { return P##_mul_pd(a, b); }            \
+  inline Vd vadd(Vd a, Vd b) { return P##_add_pd(a, b); }            \
+  inline Vd vsub(Vd a, Vd b) { return P##_sub_pd(a, b); }
+
 #pragma GCC push_options
 #pragma GCC target("avx512f")
 namespace avx512 {
-constexpr int kW = 8;  // lanes
-using Vd = __m512d;
-inline Vd vzero() { return _mm512_setzero_pd(); }
-inline Vd vset1(double x) { return _mm512_set1_pd(x); }
-inline Vd vload(const double* p) { return _mm512_loadu_pd(p); }
-inline void vstore(double* p, Vd v) { _mm512_storeu_pd(p, v); }
-inline Vd vfma(Vd a, Vd b, Vd c) { return _mm512_fmadd_pd(a, b, c); }
-inline Vd vmul(Vd a, Vd b) { return _mm512_mul_pd(a, b); }
-inline Vd vadd(Vd a, Vd b) { return _mm512_add_pd(a, b); }
-inline Vd vsub(Vd a, Vd b) { return _mm512_sub_pd(a, b); }
+ASSAY_SIMD_X86_OPS(8, __m512d, _mm512)
 }  // namespace avx512
 #pragma GCC pop_options
 
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
 namespace avx2 {
-constexpr int kW = 4;
-using Vd = __m256d;
-inline Vd vzero() { return _mm256_setzero_pd(); }
-inline Vd vset1(double x) { return _mm256_set1_pd(x); }
-inline Vd vload(const double* p) { return _mm256_loadu_pd(p); }
-inline void vstore(double* p, Vd v) { _mm256_storeu_pd(p, v); }
-inline Vd vfma(Vd a, Vd b, Vd c) { return _mm256_fmadd_pd(a, b, c); }
-inline Vd vmul(Vd a, Vd b) { return _mm256_mul_pd(a, b); }
-inline Vd vadd(Vd a, Vd b) { return _mm256_add_pd(a, b); }
-inline Vd vsub(Vd a, Vd b) { return _mm256_sub_pd(a, b); }
+ASSAY_SIMD_X86_OPS(4, __m256d, _mm256)
 }  // namespace avx2
 #pragma GCC pop_options
+#undef ASSAY_SIMD_X86_OPS
 #endif
 
 namespace portable {  // one lane, std::fma: the same roundings, slowly

@@ -11,7 +11,8 @@
 //                  substitution;  u = T (beta V);  w = T (beta e^G K);  v_new = u - w S0;
 //                  o = scale [e^G (Q S0) + (QK^T . exp(G_i - G_j), diagonal INCLUDED) v_new];
 //                  S_end = e^{G_last} S0 + K^T (exp(G_last - G) v_new).
-//   run()        both forms, their measured agreement, bounds and chunk states as an OracleResult.
+//   run()        both forms, their measured agreement, bounds and chunk states as an OracleResult
+//                (gated_delta_golden.cpp, with add_decode_agreement() and the backward's add_backward()).
 //   decode_step() one token for each of N sequences (the decode kernel's contract), optionally
 //                 through a state pool and per-sequence state indices.
 //
@@ -193,6 +194,12 @@ Result chunked(const Params& p, const Inputs& in);
 // compares agreement[i].max_rel with its limit (1e-12).
 OracleResult run(const Params& p, const Inputs& in, DType o_dtype = DType::f32,
                  DType chunk_state_dtype = DType::f32);
+
+// Decode cases (the same tensors, B sequences of T decode steps): a third form, T chained
+// decode_step() calls over the B sequences from initial_state (the decode kernel's contract),
+// compared with the chunked form; appends agreement entries "decode_step" vs "chunked" on o and
+// final_state to r.
+void add_decode_agreement(const Params& p, const Inputs& in, OracleResult& r);
 
 // ---------------------------------------------------------------------------------------------
 // Single-token decode step over N sequences (fused_recurrent with T = 1 per sequence; the shape of

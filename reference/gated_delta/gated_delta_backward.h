@@ -51,7 +51,9 @@
 // Only Mutant::none (the oracle) is differentiated; other mutants are refused (InputError). A -inf
 // log gate is a clean reset in the reverse pass too (a_t = 0: dS_{t-1} = 0, dg_t = 0).
 #pragma once
+#include <map>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -160,5 +162,20 @@ Grads backward_chunked(const Params& p, const Inputs& in, const std::vector<doub
 // order, errors entering the adjoint contracted by the transition). Same fields as Grads.
 Grads backward_bound(const Params& p, const Inputs& in, const std::vector<double>& d_o,
                      const std::vector<double>& dfinal_state = {});
+
+// The gradients by upstream (fla autograd) name, only those whose input exists: dq, dk, dv, dg
+// (with g), db (beta), dh0 (initial_state), dA_log, ddt_bias (with A_log / dt_bias).
+std::map<std::string, std::vector<double>> grads_by_name(const Inputs& in, const Grads& g);
+
+// The backward golden (gated_delta_golden.cpp), appended to the forward's OracleResult r. Every
+// gradient of grads_by_name becomes an output with the axes, shape and dtype of its input (found by
+// name in `inputs`, the case's input tensors, of which only that metadata is read), its values from
+// backward_recurrent and its bound from backward_bound. backward_chunked is cross-checked at the
+// case's chunk size and at 1, 16, 64 and T (T <= 1024 only), on every gradient, and on dh at the
+// case's chunk size. The intermediate "dh" [NC, HV, K, V] ([.., V, K] with vk) is stored in q's
+// dtype (as fla stores it), with intermediate_bounds["dh"].
+void add_backward(const Params& p, const Inputs& in, const std::vector<double>& d_o,
+                  const std::vector<double>& dfinal_state, const std::vector<Tensor>& inputs,
+                  OracleResult& r);
 
 }  // namespace assay::gated_delta

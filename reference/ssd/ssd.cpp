@@ -1,4 +1,5 @@
-// Mamba-2 SSD oracles: see ssd.h for the contract.
+// Mamba-2 SSD oracles, the two forms and their shared dt preprocessing: see ssd.h for the contract
+// (the golden assembly, oracle(), is in ssd_golden.cpp).
 //
 // Why the reset recurrence equals the kernels' varlen handling (spec 1.5), for ids that are >= 0
 // and non-decreasing along T (each sequence one contiguous run):
@@ -561,78 +562,6 @@ Result chunked(const Params& p, const Inputs& in, Mutant m) {
   chunked_core(in, d, r.dt_processed, sets, m, p.mutant_chunk);  // (D skip and z gate included)
   finish(in, d, c, ca, false, r);
   return r;
-}
-
-OracleResult oracle(const Params& params, const Inputs& in) {
-  Params p = params;
-  p.compute_bounds = true;
-  const Result rec = recurrence(p, in);
-  const Result chk = chunked(p, in);
-  const Dims d(p, in);
-  OracleResult o;
-  auto tensor = [](std::string name, std::vector<std::string> axes, Shape shape, DType dt,
-                   std::vector<double> data) {
-    Tensor t;
-    t.name = std::move(name);
-    t.axes = std::move(axes);
-    t.shape = std::move(shape);
-    t.dtype = dt;
-    t.data = std::move(data);
-    ASSAY_CHECK(numel(t.shape) == t.size(), "ssd: tensor {} size {} != {}", t.name, t.size(),
-                shape_str(t.shape));
-    return t;
-  };
-  auto agree = [&](const char* name, const std::vector<double>& a, const std::vector<double>& b,
-                   int64_t q) {
-    FormAgreement f;
-    f.tensor = name;
-    f.form_a = "recurrence";
-    f.form_b = fmt::format("chunked(Q={})", q);
-    f.max_rel = agreement_rel(b, a);
-    o.agreement.push_back(f);
-  };
-  agree("out", rec.out, chk.out, p.chunk_size);
-  agree("final_states", rec.final_states, chk.final_states, p.chunk_size);
-  agree("chunk_states", rec.chunk_states, chk.chunk_states, p.chunk_size);
-  if (!in.cu_seqlens.empty())
-    agree("varlen_states", rec.varlen_states, chk.varlen_states, p.chunk_size);
-  for (int64_t q : p.cross_check_chunk_sizes) {
-    if (q == p.chunk_size) continue;
-    Params pq = p;
-    pq.chunk_size = q;
-    pq.compute_bounds = false;
-    const Result cq = chunked(pq, in);
-    agree("out", rec.out, cq.out, q);
-    agree("final_states", rec.final_states, cq.final_states, q);
-  }
-
-  Output out;
-  out.expected = tensor("out", {"B", "T", "H", "P"}, {d.B, d.T, d.H, d.P}, p.out_dtype, rec.out);
-  out.bound = rec.out_bound;
-  o.outputs.push_back(std::move(out));
-  Output fin;
-  fin.expected = tensor("final_states", {"B", "H", "P", "N"}, {d.B, d.H, d.P, d.N}, p.state_dtype,
-                        rec.final_states);
-  fin.bound = rec.final_states_bound;
-  o.outputs.push_back(std::move(fin));
-  if (!in.cu_seqlens.empty()) {
-    Output vs;
-    vs.expected = tensor("varlen_states", {"seq", "H", "P", "N"}, {num_seqs(in), d.H, d.P, d.N},
-                         p.state_dtype, rec.varlen_states);
-    vs.bound = rec.varlen_states_bound;
-    o.outputs.push_back(std::move(vs));
-  }
-
-  // chunk_states in the dtype the kernels store them in: _state_passing_fwd writes the chunk start
-  // states in C.dtype (= x.dtype = out_dtype) for chunk_scan to read; bound packaged for bisection.
-  o.intermediates.push_back(tensor("chunk_states", {"B", "chunk", "H", "P", "N"},
-                                   {d.B, d.NC, d.H, d.P, d.N}, p.out_dtype, rec.chunk_states));
-  o.intermediate_bounds["chunk_states"] = rec.chunk_states_bound;
-  o.intermediates.push_back(
-      tensor("dt_processed", {"B", "T", "H"}, {d.B, d.T, d.H}, DType::f64, rec.dt_processed));
-  o.intermediates.push_back(tensor("dA_cumsum", {"B", "H", "chunk", "Q"}, {d.B, d.H, d.NC, d.Q},
-                                   DType::f64, dA_cumsum(p, in, rec.dt_processed)));
-  return o;
 }
 
 }  // namespace assay::ssd

@@ -4,7 +4,8 @@
 //   ssd::recurrence  the definitional token-by-token recurrence (the ground truth), and
 //   ssd::chunked     the chunked dual form (segsum decay mask, chunk states, state passing,
 //                    state-to-output), GEMM-shaped with Eigen, in the kernels' decomposition.
-// ssd::oracle runs both, measures their agreement and packages goldens (reference/core/tensor.h).
+// ssd::oracle runs both, measures their agreement and packages goldens (reference/core/tensor.h);
+// it lives in ssd_golden.cpp, with the backward's golden (ssd_backward.h add_backward).
 //
 // Semantics: written out below (section tags 1.1-1.7), from state-spaces/mamba @ e9594ce.
 // Where the torch references and the Triton kernels differ, the kernels (the component under

@@ -45,7 +45,9 @@
 // reverse pass (memory O((T/Q + Q) P N) per (b, h)); the recomputation repeats the forward's
 // operations in the same order, so the recomputed states are bit-identical.
 #pragma once
+#include <map>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -155,5 +157,19 @@ Grads backward_chunked(const Params& p, const Inputs& in, const std::vector<doub
 Grads backward_bound(const Params& p, const Inputs& in, const std::vector<double>& dout,
                      const std::vector<double>& dfinal_states = {},
                      const std::vector<double>& dvarlen_states = {});
+
+// dx, ddt, dA, dB, dC and, where their input exists, dD, dz, ddt_bias, dinitial_states, by the
+// names upstream's backward returns them under.
+std::map<std::string, std::vector<double>> grads_by_name(const Inputs& in, const Grads& g);
+
+// Appends the backward's golden to oracle()'s result r (ssd_golden.cpp): the gradients of
+// grads_by_name as outputs (expected: backward_recurrent; bound: backward_bound; axes, shape and
+// dtype: those of the input of the same name in `inputs`, the case's input tensors), agreement
+// entries of backward_chunked at chunk_size and at every Q of cross_check_chunk_sizes, and the
+// fp64 intermediate "dstates" [B, chunk, H, P, N] of backward_chunked. No dvarlen_states:
+// upstream's backward takes no varlen_states gradient.
+void add_backward(const Params& p, const Inputs& in, const std::vector<double>& dout,
+                  const std::vector<double>& dfinal_states, const std::vector<Tensor>& inputs,
+                  OracleResult& r);
 
 }  // namespace assay::ssd

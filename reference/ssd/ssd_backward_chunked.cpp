@@ -79,6 +79,16 @@ Grads backward_chunked(const Params& p, const Inputs& in, const std::vector<doub
     detail::segment_sums(a, k.seg, k.acum);
     return k;
   };
+  // Passes 1 and 3: one task per (b, g, chunk), visiting the group's heads in turn;
+  // body(b, g, h, c, chunk) for each.
+  auto for_each_chunk = [&](auto&& body) {
+#pragma omp parallel for collapse(2) schedule(dynamic)
+    for (int64_t bg = 0; bg < Bn * G; ++bg)
+      for (int64_t c = 0; c < NC; ++c) {
+        const int64_t b = bg / G, g = bg % G;
+        for (int64_t h = g * hpg; h < (g + 1) * hpg; ++h) body(b, g, h, c, chunk_of(b, h, c));
+      }
+  };
   auto bhc = [&](int64_t b, int64_t h, int64_t c) { return (b * H + h) * NC + c; };
   auto dstates_at = [&](int64_t b, int64_t h, int64_t c) {
     return MMap(&gr.dstates[((b * NC + c) * H + h) * PN], P, N, Eigen::OuterStride<>(N));
@@ -101,36 +111,30 @@ Grads backward_chunked(const Params& p, const Inputs& in, const std::vector<doub
   std::vector<double> dA_chunk(Bn * H * NC, 0.0);
   std::vector<double> dD_chunk(has_D ? Bn * H * NC * P : 0, 0.0);
 
-#pragma omp parallel for collapse(2) schedule(dynamic)
-  for (int64_t bg = 0; bg < Bn * G; ++bg)
-    for (int64_t c = 0; c < NC; ++c) {
-      const int64_t b = bg / G, g = bg % G;
-      for (int64_t h = g * hpg; h < (g + 1) * hpg; ++h) {
-        const Chunk k = chunk_of(b, h, c);
-        const int64_t t0 = k.t0, Qc = k.Qc;
-        e_last[bhc(b, h, c)] = std::exp(k.acum[Qc - 1]);
-        carried[bhc(b, h, c)] = k.seq_end == k.seq_prev;
-        const CMap Cc(&in.C[((b * T + t0) * G + g) * N], Qc, N, Eigen::OuterStride<>(G * N));
-        MMap dY(&dY_all[((b * T + t0) * H + h) * P], Qc, P, Eigen::OuterStride<>(H * P));
-        for (int64_t l = 0; l < Qc; ++l) {
-          const int64_t ip = ((b * T + t0 + l) * H + h) * P;
-          detail::epilogue_token(in, h, ip, dout, &fwd.out[ip], &dY(l, 0), gr,
-                                 has_D ? &dD_chunk[bhc(b, h, c) * P] : nullptr);
-        }
-        if (!in.z.empty()) dY = io_copy(dY);  // the dz kernel hands dy on in dout's dtype
-        MMap dS = dstates_at(b, h, c);
-        for (int64_t l = 0; l < Qc; ++l)
-          if (k.sq[l] == k.seq_prev) dS += std::exp(k.acum[l]) * (dY.row(l).transpose() * Cc.row(l));
-        if (!dvarlen_states.empty())
-          for (int64_t n = 0; n < S; ++n) {
-            const int64_t start = in.cu_seqlens[n], end = in.cu_seqlens[n + 1];
-            if (end == start || (end - 1) / Q != c || !(start < t0 || n == 0)) continue;
-            const CMap dV(&dvarlen_states[(n * H + h) * PN], P, N, Eigen::OuterStride<>(N));
-            MMap(&vterm[((b * NC + c) * H + h) * PN], P, N, Eigen::OuterStride<>(N)) +=
-                std::exp(k.acum[end - t0 - 1]) * dV;
-          }
-      }
+  for_each_chunk([&](int64_t b, int64_t g, int64_t h, int64_t c, const Chunk& k) {
+    const int64_t t0 = k.t0, Qc = k.Qc;
+    e_last[bhc(b, h, c)] = std::exp(k.acum[Qc - 1]);
+    carried[bhc(b, h, c)] = k.seq_end == k.seq_prev;
+    const CMap Cc(&in.C[((b * T + t0) * G + g) * N], Qc, N, Eigen::OuterStride<>(G * N));
+    MMap dY(&dY_all[((b * T + t0) * H + h) * P], Qc, P, Eigen::OuterStride<>(H * P));
+    for (int64_t l = 0; l < Qc; ++l) {
+      const int64_t ip = ((b * T + t0 + l) * H + h) * P;
+      detail::epilogue_token(in, h, ip, dout, &fwd.out[ip], &dY(l, 0), gr,
+                             has_D ? &dD_chunk[bhc(b, h, c) * P] : nullptr);
     }
+    if (!in.z.empty()) dY = io_copy(dY);  // the dz kernel hands dy on in dout's dtype
+    MMap dS = dstates_at(b, h, c);
+    for (int64_t l = 0; l < Qc; ++l)
+      if (k.sq[l] == k.seq_prev) dS += std::exp(k.acum[l]) * (dY.row(l).transpose() * Cc.row(l));
+    if (!dvarlen_states.empty())
+      for (int64_t n = 0; n < S; ++n) {
+        const int64_t start = in.cu_seqlens[n], end = in.cu_seqlens[n + 1];
+        if (end == start || (end - 1) / Q != c || !(start < t0 || n == 0)) continue;
+        const CMap dV(&dvarlen_states[(n * H + h) * PN], P, N, Eigen::OuterStride<>(N));
+        MMap(&vterm[((b * NC + c) * H + h) * PN], P, N, Eigen::OuterStride<>(N)) +=
+            std::exp(k.acum[end - t0 - 1]) * dV;
+      }
+  });
 
 #pragma omp parallel for schedule(static)
   for (int64_t bh = 0; bh < Bn * H; ++bh) {
@@ -151,111 +155,105 @@ Grads backward_chunked(const Params& p, const Inputs& in, const std::vector<doub
     if (has_h0) Eigen::Map<RowMat>(&gr.dinitial_states[bh * PN], P, N) = dSE;
   }
 
-#pragma omp parallel for collapse(2) schedule(dynamic)
-  for (int64_t bg = 0; bg < Bn * G; ++bg)
-    for (int64_t c = 0; c < NC; ++c) {
-      const int64_t b = bg / G, g = bg % G;
-      for (int64_t h = g * hpg; h < (g + 1) * hpg; ++h) {
-        const Chunk k = chunk_of(b, h, c);
-        const int64_t t0 = k.t0, Qc = k.Qc;
-        const auto& sq = k.sq;
-        const auto& dl = k.dl;
-        const auto& acum = k.acum;
-        const RowMat& seg = k.seg;
-        const double A = in.A[h];
-        const CMap X(&in.x[((b * T + t0) * H + h) * P], Qc, P, Eigen::OuterStride<>(H * P));
-        const CMap Bc(&in.B[((b * T + t0) * G + g) * N], Qc, N, Eigen::OuterStride<>(G * N));
-        const CMap Cc(&in.C[((b * T + t0) * G + g) * N], Qc, N, Eigen::OuterStride<>(G * N));
-        const CMap Sst_exact(&fwd.chunk_states[((b * NC + c) * H + h) * PN], P, N,
-                             Eigen::OuterStride<>(N));
-        const RowMat Sst = io_copy(Sst_exact);  // `states` in x.dtype (emulation) or exact
-        const CMap dY(&dY_all[((b * T + t0) * H + h) * P], Qc, P, Eigen::OuterStride<>(H * P));
-        // dS_end(c): the adjoint of the state after this chunk.
-        const RowMat dSE = c + 1 < NC ? RowMat(dstates_at(b, h, c + 1))
-                           : !dfinal_states.empty()
-                               ? RowMat(CMap(&dfinal_states[(b * H + h) * PN], P, N, Eigen::OuterStride<>(N)))
-                               : RowMat(RowMat::Zero(P, N));
-        MMap dX(&gr.dx[((b * T + t0) * H + h) * P], Qc, P, Eigen::OuterStride<>(H * P));
-        MMap dBm(&gr.dB[((b * T + t0) * G + g) * N], Qc, N, Eigen::OuterStride<>(G * N));
-        MMap dCm(&gr.dC[((b * T + t0) * G + g) * N], Qc, N, Eigen::OuterStride<>(G * N));
+  for_each_chunk([&](int64_t b, int64_t g, int64_t h, int64_t c, const Chunk& k) {
+    const int64_t t0 = k.t0, Qc = k.Qc;
+    const auto& sq = k.sq;
+    const auto& dl = k.dl;
+    const auto& acum = k.acum;
+    const RowMat& seg = k.seg;
+    const double A = in.A[h];
+    const CMap X(&in.x[((b * T + t0) * H + h) * P], Qc, P, Eigen::OuterStride<>(H * P));
+    const CMap Bc(&in.B[((b * T + t0) * G + g) * N], Qc, N, Eigen::OuterStride<>(G * N));
+    const CMap Cc(&in.C[((b * T + t0) * G + g) * N], Qc, N, Eigen::OuterStride<>(G * N));
+    const CMap Sst_exact(&fwd.chunk_states[((b * NC + c) * H + h) * PN], P, N,
+                         Eigen::OuterStride<>(N));
+    const RowMat Sst = io_copy(Sst_exact);  // `states` in x.dtype (emulation) or exact
+    const CMap dY(&dY_all[((b * T + t0) * H + h) * P], Qc, P, Eigen::OuterStride<>(H * P));
+    // dS_end(c): the adjoint of the state after this chunk.
+    const RowMat dSE = c + 1 < NC ? RowMat(dstates_at(b, h, c + 1))
+                       : !dfinal_states.empty()
+                           ? RowMat(CMap(&dfinal_states[(b * H + h) * PN], P, N, Eigen::OuterStride<>(N)))
+                           : RowMat(RowMat::Zero(P, N));
+    MMap dX(&gr.dx[((b * T + t0) * H + h) * P], Qc, P, Eigen::OuterStride<>(H * P));
+    MMap dBm(&gr.dB[((b * T + t0) * G + g) * N], Qc, N, Eigen::OuterStride<>(G * N));
+    MMap dCm(&gr.dC[((b * T + t0) * G + g) * N], Qc, N, Eigen::OuterStride<>(G * N));
 
-        std::vector<double> ddl(Qc, 0.0), dcum(Qc, 0.0);
-        auto add_dseg = [&](int64_t l, int64_t s, double v) {  // seg(l,s) = cum_l - cum_s
-          dcum[l] += v;
-          dcum[s] -= v;
-        };
+    std::vector<double> ddl(Qc, 0.0), dcum(Qc, 0.0);
+    auto add_dseg = [&](int64_t l, int64_t s, double v) {  // seg(l,s) = cum_l - cum_s
+      dcum[l] += v;
+      dcum[s] -= v;
+    };
 
-        // 1. Intra-chunk (chunk_scan_bwd_dx / dcb / dC, B side).
-        {
-          const RowMat CB = Cc * Bc.transpose();  // (Qc, Qc)
-          const RowMat M = dY * X.transpose();    // M(l, s) = dy_l . x_s
-          RowMat K = RowMat::Zero(Qc, Qc);        // dCB (masked)
-          RowMat L = RowMat::Zero(Qc, Qc);        // the forward's mixing matrix
-          for (int64_t l = 0; l < Qc; ++l)
-            for (int64_t s = 0; s <= l; ++s) {
-              if (sq[l] != sq[s]) continue;
-              const double W = std::exp(seg(l, s));
-              K(l, s) = W * dl[s] * M(l, s);
-              L(l, s) = W * CB(l, s) * dl[s];
-              ddl[s] += W * CB(l, s) * M(l, s);
-              add_dseg(l, s, L(l, s) * M(l, s));
-            }
-          dCm += K * Bc;
-          dBm += K.transpose() * Cc;
-          dX += L.transpose() * dY;
+    // 1. Intra-chunk (chunk_scan_bwd_dx / dcb / dC, B side).
+    {
+      const RowMat CB = Cc * Bc.transpose();  // (Qc, Qc)
+      const RowMat M = dY * X.transpose();    // M(l, s) = dy_l . x_s
+      RowMat K = RowMat::Zero(Qc, Qc);        // dCB (masked)
+      RowMat L = RowMat::Zero(Qc, Qc);        // the forward's mixing matrix
+      for (int64_t l = 0; l < Qc; ++l)
+        for (int64_t s = 0; s <= l; ++s) {
+          if (sq[l] != sq[s]) continue;
+          const double W = std::exp(seg(l, s));
+          K(l, s) = W * dl[s] * M(l, s);
+          L(l, s) = W * CB(l, s) * dl[s];
+          ddl[s] += W * CB(l, s) * M(l, s);
+          add_dseg(l, s, L(l, s) * M(l, s));
         }
-        // 2. Chunk-start state to output (chunk_scan_bwd_dC, dA_cumsum; its dstates term is pass 1's).
-        for (int64_t l = 0; l < Qc; ++l) {
-          if (sq[l] != k.seq_prev) continue;
-          const double e = std::exp(acum[l]);
-          const Eigen::RowVectorXd dyS = dY.row(l) * Sst;  // (N)
-          dCm.row(l) += e * dyS;
-          dcum[l] += e * dyS.dot(Cc.row(l));
-        }
-        // 3. Chunk-local state sums (chunk_state_bwd): weight exp(seg(le, s)) Delta_s over
-        //    s in [s0, le] into a state with adjoint dV.
-        auto state_sum_bwd = [&](int64_t le, int64_t s0, const RowMat& dV) {
-          for (int64_t s = s0; s <= le; ++s) {
-            const double E = std::exp(seg(le, s)), w = E * dl[s];
-            const Eigen::VectorXd dVB = dV * Bc.row(s).transpose();  // (P)
-            dX.row(s) += w * dVB.transpose();
-            dBm.row(s) += w * (X.row(s) * dV);
-            const double q = X.row(s).dot(dVB.transpose());
-            ddl[s] += E * q;
-            add_dseg(le, s, w * q);
-          }
-        };
-        {
-          int64_t s0 = Qc - 1;  // the chunk's last sequence starts at s0
-          while (s0 > 0 && sq[s0 - 1] == k.seq_end) --s0;
-          state_sum_bwd(Qc - 1, s0, io_copy(dSE));  // `dstates` in x.dtype (emulation)
-        }
-        // 4. State passing backward (state_passing_bwd): the carried term's decay gradient.
-        if (k.seq_end == k.seq_prev || mut == BwdMutant::adjoint_crosses_reset)
-          dcum[Qc - 1] += std::exp(acum[Qc - 1]) * (dSE.cwiseProduct(Sst_exact)).sum();
-        // 5. varlen_states of the sequences ending in this chunk (chunk_state_varlen).
-        if (!dvarlen_states.empty())
-          for (int64_t n = 0; n < S; ++n) {
-            const int64_t start = in.cu_seqlens[n], end = in.cu_seqlens[n + 1];
-            if (end == start || (end - 1) / Q != c) continue;
-            const int64_t e = end - t0, s0 = std::max(start - t0, int64_t{0});
-            const RowMat dV = CMap(&dvarlen_states[(n * H + h) * PN], P, N,
-                                   Eigen::OuterStride<>(N));
-            state_sum_bwd(e - 1, s0, dV);
-            if (start < t0 || n == 0)
-              dcum[e - 1] += std::exp(acum[e - 1]) * (dV.cwiseProduct(Sst)).sum();
-          }
-        // 6. The dA_cumsum chain: da_k = sum_{l>=k} dcum_l; a_k = Delta_k A.
-        double da = 0, dA_acc = 0;
-        for (int64_t kk = Qc - 1; kk >= 0; --kk) {
-          da += dcum[kk];
-          ddl[kk] += da * A;
-          dA_acc += da * dl[kk];
-        }
-        dA_chunk[bhc(b, h, c)] = dA_acc;
-        for (int64_t l = 0; l < Qc; ++l) ddelta[(b * T + t0 + l) * H + h] = ddl[l];
-      }
+      dCm += K * Bc;
+      dBm += K.transpose() * Cc;
+      dX += L.transpose() * dY;
     }
+    // 2. Chunk-start state to output (chunk_scan_bwd_dC, dA_cumsum; its dstates term is pass 1's).
+    for (int64_t l = 0; l < Qc; ++l) {
+      if (sq[l] != k.seq_prev) continue;
+      const double e = std::exp(acum[l]);
+      const Eigen::RowVectorXd dyS = dY.row(l) * Sst;  // (N)
+      dCm.row(l) += e * dyS;
+      dcum[l] += e * dyS.dot(Cc.row(l));
+    }
+    // 3. Chunk-local state sums (chunk_state_bwd): weight exp(seg(le, s)) Delta_s over
+    //    s in [s0, le] into a state with adjoint dV.
+    auto state_sum_bwd = [&](int64_t le, int64_t s0, const RowMat& dV) {
+      for (int64_t s = s0; s <= le; ++s) {
+        const double E = std::exp(seg(le, s)), w = E * dl[s];
+        const Eigen::VectorXd dVB = dV * Bc.row(s).transpose();  // (P)
+        dX.row(s) += w * dVB.transpose();
+        dBm.row(s) += w * (X.row(s) * dV);
+        const double q = X.row(s).dot(dVB.transpose());
+        ddl[s] += E * q;
+        add_dseg(le, s, w * q);
+      }
+    };
+    {
+      int64_t s0 = Qc - 1;  // the chunk's last sequence starts at s0
+      while (s0 > 0 && sq[s0 - 1] == k.seq_end) --s0;
+      state_sum_bwd(Qc - 1, s0, io_copy(dSE));  // `dstates` in x.dtype (emulation)
+    }
+    // 4. State passing backward (state_passing_bwd): the carried term's decay gradient.
+    if (k.seq_end == k.seq_prev || mut == BwdMutant::adjoint_crosses_reset)
+      dcum[Qc - 1] += std::exp(acum[Qc - 1]) * (dSE.cwiseProduct(Sst_exact)).sum();
+    // 5. varlen_states of the sequences ending in this chunk (chunk_state_varlen).
+    if (!dvarlen_states.empty())
+      for (int64_t n = 0; n < S; ++n) {
+        const int64_t start = in.cu_seqlens[n], end = in.cu_seqlens[n + 1];
+        if (end == start || (end - 1) / Q != c) continue;
+        const int64_t e = end - t0, s0 = std::max(start - t0, int64_t{0});
+        const RowMat dV = CMap(&dvarlen_states[(n * H + h) * PN], P, N,
+                               Eigen::OuterStride<>(N));
+        state_sum_bwd(e - 1, s0, dV);
+        if (start < t0 || n == 0)
+          dcum[e - 1] += std::exp(acum[e - 1]) * (dV.cwiseProduct(Sst)).sum();
+      }
+    // 6. The dA_cumsum chain: da_k = sum_{l>=k} dcum_l; a_k = Delta_k A.
+    double da = 0, dA_acc = 0;
+    for (int64_t kk = Qc - 1; kk >= 0; --kk) {
+      da += dcum[kk];
+      ddl[kk] += da * A;
+      dA_acc += da * dl[kk];
+    }
+    dA_chunk[bhc(b, h, c)] = dA_acc;
+    for (int64_t l = 0; l < Qc; ++l) ddelta[(b * T + t0 + l) * H + h] = ddl[l];
+  });
 
   // Fixed-order reductions of the per-chunk partials (last chunk first, as the adjoint runs).
   std::vector<double> dA_part(Bn * H, 0.0);

@@ -14,55 +14,16 @@
 #include "reference/core/dtype.h"
 #include "reference/core/tensor.h"
 #include "reference/gated_delta/gated_delta.h"
+#include "reference/gated_delta/tests/gated_delta_test_inputs.h"
 
 using namespace assay;
 using namespace assay::gated_delta;
 
 namespace {
 
-// Counter-based test inputs (splitmix64): uniform in [-1, 1).
-struct Rng : assay_test::SplitMix64 {
-  explicit Rng(uint64_t seed) : SplitMix64{seed * 0x9E3779B97F4A7C15ull + 12345} {}
-  double uni() { return static_cast<double>(next() >> 11) * 0x1.0p-53 * 2.0 - 1.0; }  // [-1, 1)
-  double u01() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }               // [0, 1)
-  std::vector<double> vec(int64_t n, double scale = 1.0) {
-    std::vector<double> x(n);
-    for (auto& v : x) v = scale * uni();
-    return x;
-  }
-};
-
-struct Gen {
-  double key_scale = 1.0;       // q/k ~ U(-1,1) * key_scale
-  double gate_lo = 0.0, gate_hi = 0.3;  // g ~ -U(gate_lo, gate_hi) (GateMode::log)
-  double beta_lo = 0.0, beta_hi = 1.0;  // beta ~ U(lo, hi) (BetaMode::given), logits U(-3,3) otherwise
-  bool h0 = true;
-};
-
-Inputs make_inputs(const Params& p, uint64_t seed, const Gen& gen = {}) {
-  Rng r(seed);
-  Inputs in;
-  const int64_t BT = p.B * p.T;
-  in.q = r.vec(BT * p.H * p.K, gen.key_scale);
-  in.k = r.vec(BT * p.H * p.K, gen.key_scale);
-  in.v = r.vec(BT * p.HV * p.V);
-  if (p.gate == GateMode::log) {
-    in.g.resize(BT * p.HV);
-    for (auto& x : in.g) x = -(gen.gate_lo + (gen.gate_hi - gen.gate_lo) * r.u01());
-  } else if (p.gate == GateMode::in_kernel) {
-    in.g = r.vec(BT * p.HV, 3.0);
-    in.A_log = r.vec(p.HV, 1.0);
-    in.dt_bias = r.vec(p.HV, 0.5);
-  }
-  in.beta.resize(BT * p.HV);
-  for (auto& x : in.beta)
-    x = p.beta == BetaMode::given ? gen.beta_lo + (gen.beta_hi - gen.beta_lo) * r.u01() : 3.0 * r.uni();
-  if (gen.h0) {
-    const int64_t nseq = p.cu_seqlens.empty() ? p.B : static_cast<int64_t>(p.cu_seqlens.size()) - 1;
-    in.initial_state = r.vec(nseq * p.HV * p.K * p.V, 0.5);
-  }
-  return in;
-}
+using gated_delta_test::base;
+using gated_delta_test::Gen;
+using gated_delta_test::make_inputs;
 
 double rms_ratio(const std::vector<double>& a, const std::vector<double>& ref) {
   double num = 0, den = 0;
@@ -74,12 +35,6 @@ bool all_finite(const std::vector<double>& x) {
   for (double v : x)
     if (!std::isfinite(v)) return false;
   return true;
-}
-
-Params base(int64_t B, int64_t T, int64_t H, int64_t HV, int64_t K, int64_t V, int64_t C) {
-  Params p;
-  p.B = B, p.T = T, p.H = H, p.HV = HV, p.K = K, p.V = V, p.chunk_size = C;
-  return p;
 }
 
 struct Agree {
@@ -502,65 +457,6 @@ TEST_CASE("preprocessing: l2norm eps, gate in kernel, beta, scale, plain delta r
     }
     CHECK(chunked(pk, ik).o == chunked(p, pre).o);
   }
-}
-
-TEST_CASE("decode step over many sequences", "[cpu][L0]") {
-  // N = 3 sequences decoded for 20 steps from non-zero states == a prefill of the same tokens.
-  const int64_t N = 3, T = 20, H = 1, HV = 2, K = 8, V = 8;
-  Params p = base(N, T, H, HV, K, V, 16);
-  p.qk_l2norm = true;
-  p.gate = GateMode::in_kernel;
-  p.beta = BetaMode::sigmoid;
-  const Inputs in = make_inputs(p, 99);
-  const Result pre = chunked(p, in);
-
-  DecodeParams dp;
-  static_cast<Options&>(dp) = static_cast<const Options&>(p);
-  dp.N = N, dp.H = H, dp.HV = HV, dp.K = K, dp.V = V;
-  // The pool holds 5 slots; sequences live in slots {3, 0, 4}; one padding entry (-1) is added.
-  const std::vector<int64_t> slot = {3, 0, 4};
-  Rng rng(5);
-  std::vector<double> pool = rng.vec(5 * HV * K * V);
-  const std::vector<double> pool0 = pool;
-  for (int64_t n = 0; n < N; ++n)
-    std::copy(in.initial_state.begin() + n * HV * K * V, in.initial_state.begin() + (n + 1) * HV * K * V,
-              pool.begin() + slot[n] * HV * K * V);
-  double worst = 0;
-  for (int64_t t = 0; t < T; ++t) {
-    DecodeInputs di;
-    DecodeParams dpp = dp;
-    dpp.N = N + 1;
-    auto tok = [&](const std::vector<double>& x, int64_t per) {
-      std::vector<double> y;
-      for (int64_t n = 0; n < N; ++n)
-        y.insert(y.end(), x.begin() + (n * T + t) * per, x.begin() + (n * T + t + 1) * per);
-      y.insert(y.end(), x.begin() + t * per, x.begin() + (t + 1) * per);  // padding row: any values
-      return y;
-    };
-    di.q = tok(in.q, H * K), di.k = tok(in.k, H * K), di.v = tok(in.v, HV * V);
-    di.g = tok(in.g, HV), di.beta = tok(in.beta, HV);
-    di.A_log = in.A_log, di.dt_bias = in.dt_bias;
-    di.state = pool;
-    di.state_indices = {slot[0], slot[1], slot[2], -1};
-    const DecodeResult r = decode_step(dpp, di);
-    pool = r.state;
-    for (int64_t n = 0; n < N; ++n) {
-      std::vector<double> a(r.o.begin() + n * HV * V, r.o.begin() + (n + 1) * HV * V);
-      std::vector<double> b(pre.o.begin() + (n * T + t) * HV * V, pre.o.begin() + (n * T + t + 1) * HV * V);
-      worst = std::max(worst, agreement_rel(a, b));
-    }
-    for (int64_t x = N * HV * V; x < (N + 1) * HV * V; ++x) CHECK(r.o[x] == 0.0);  // padding slot
-  }
-  for (int64_t n = 0; n < N; ++n) {
-    std::vector<double> a(pool.begin() + slot[n] * HV * K * V, pool.begin() + (slot[n] + 1) * HV * K * V);
-    std::vector<double> b(pre.final_state.begin() + n * HV * K * V, pre.final_state.begin() + (n + 1) * HV * K * V);
-    worst = std::max(worst, agreement_rel(a, b));
-  }
-  // Untouched slots (1, 2) are copied through.
-  for (int64_t s : {1, 2})
-    for (int64_t x = s * HV * K * V; x < (s + 1) * HV * K * V; ++x) CHECK(pool[x] == pool0[x]);
-  std::printf("[gated_delta] decode steps vs chunked prefill: worst max_rel %.3e\n", worst);
-  CHECK(worst <= 1e-12);
 }
 
 TEST_CASE("degenerate shapes and input checks", "[cpu][L0]") {

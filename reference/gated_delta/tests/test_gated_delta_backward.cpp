@@ -18,26 +18,21 @@
 #include "reference/core/check.h"
 #include "reference/gated_delta/gated_delta.h"
 #include "reference/gated_delta/gated_delta_backward.h"
+#include "reference/gated_delta/tests/gated_delta_test_inputs.h"
+#include "reference/tests/backward_check.h"
 
 using namespace assay;
 using namespace assay::gated_delta;
 
 namespace {
 
-// Counter-based test inputs (splitmix64): uniform in [-1, 1).
-struct Rng : assay_test::SplitMix64 {
-  explicit Rng(uint64_t seed) : SplitMix64{seed * 0x9E3779B97F4A7C15ull + 777} {}
-  double uni() { return static_cast<double>(next() >> 11) * 0x1.0p-53 * 2.0 - 1.0; }  // [-1, 1)
-  std::vector<double> vec(int64_t n, double scale = 1.0) {
-    std::vector<double> x(n);
-    for (auto& v : x) v = scale * uni();
-    return x;
-  }
-};
+using gated_delta_test::base;
+using gated_delta_test::num_seqs;
 
-int64_t nseq(const Params& p) {
-  return p.cu_seqlens.empty() ? p.B : static_cast<int64_t>(p.cu_seqlens.size()) - 1;
-}
+// The backward tests' inputs: their own stream and distributions (gated_delta_test::Rng).
+struct Rng : gated_delta_test::Rng {
+  explicit Rng(uint64_t seed) : gated_delta_test::Rng(seed, 777) {}
+};
 
 Inputs make_inputs(const Params& p, uint64_t seed, bool h0, bool dt_bias = true) {
   Rng r(seed);
@@ -56,7 +51,7 @@ Inputs make_inputs(const Params& p, uint64_t seed, bool h0, bool dt_bias = true)
   }
   in.beta.resize(BT * p.HV);
   for (auto& x : in.beta) x = p.beta == BetaMode::given ? 0.5 + 0.5 * r.uni() : 2.0 * r.uni();
-  if (h0) in.initial_state = r.vec(nseq(p) * p.HV * p.K * p.V, 0.5);
+  if (h0) in.initial_state = r.vec(num_seqs(p) * p.HV * p.K * p.V, 0.5);
   return in;
 }
 
@@ -68,19 +63,13 @@ Upstream make_upstream(const Params& p, uint64_t seed, bool with_final = true) {
   Rng r(seed);
   Upstream u;
   u.d_o = r.vec(p.B * p.T * p.HV * p.V);
-  if (with_final) u.dfinal = r.vec(nseq(p) * p.HV * p.K * p.V);
+  if (with_final) u.dfinal = r.vec(num_seqs(p) * p.HV * p.K * p.V);
   return u;
-}
-
-double dot(const std::vector<double>& a, const std::vector<double>& b) {
-  double s = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) s += a[i] * b[i];
-  return s;
 }
 
 double loss(const Params& p, const Inputs& in, const Upstream& u) {
   const Result r = recurrent(p, in);
-  return dot(u.d_o, r.o) + dot(u.dfinal, r.final_state);
+  return assay_test::loss_of({{u.d_o, r.o}, {u.dfinal, r.final_state}});
 }
 
 // Central FD of every element of every input against the analytic gradient (tests/gradcheck.h);
@@ -98,12 +87,6 @@ double gradcheck(const char* label, const Params& p, const Inputs& in, const Ups
 }
 
 constexpr double kTol = 1e-6;
-
-Params base(int64_t B, int64_t T, int64_t H, int64_t HV, int64_t K, int64_t V, int64_t C) {
-  Params p;
-  p.B = B, p.T = T, p.H = H, p.HV = HV, p.K = K, p.V = V, p.chunk_size = C;
-  return p;
-}
 
 }  // namespace
 
@@ -249,13 +232,9 @@ TEST_CASE("gated_delta backward: malformed upstream gradients and mutants are re
   for (const Fn backward : {Fn{&backward_recurrent}, chunked}) {
     Params p = base(2, 3, 1, 1, 2, 2, 2);
     const Inputs in = make_inputs(p, 70, /*h0=*/true);
-    Upstream u = make_upstream(p, 71);
-    u.d_o.pop_back();
-    REQUIRE_THROWS_AS(backward(p, in, u.d_o, u.dfinal), InputError);
-    u = make_upstream(p, 71);
-    u.dfinal.pop_back();
-    REQUIRE_THROWS_AS(backward(p, in, u.d_o, u.dfinal), InputError);
-    u = make_upstream(p, 71);
+    const Upstream u = make_upstream(p, 71);
+    assay_test::require_refused(u, {[](Upstream& x) { x.d_o.pop_back(); }, [](Upstream& x) { x.dfinal.pop_back(); }},
+                                [&](const Upstream& x) { return backward(p, in, x.d_o, x.dfinal); });
     p.mutant = Mutant::missing_alpha;
     REQUIRE_THROWS_AS(backward(p, in, u.d_o, u.dfinal), InputError);
   }

@@ -1,5 +1,6 @@
-// Test inputs shared by the SSD oracle tests (test_ssd.cpp, test_ssd_backward.cpp): a test-local
-// deterministic RNG (the fixture RNG lives in fixtures/gen) and random ssd::Inputs of a shape.
+// Test inputs shared by the SSD oracle tests (reference/ssd/tests/test_ssd*.cpp): a test-local
+// deterministic RNG (the fixture RNG lives in fixtures/gen), Params of a chunk size and random
+// ssd::Inputs of a shape.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -26,6 +27,14 @@ struct Cfg {
   double dt_lo = -3.0, dt_hi = 1.0;    // raw dt range (softplus on by default)
   uint64_t seed = 1;
 };
+
+// Params with chunk size Q and dt_softplus (everything else the defaults).
+inline assay::ssd::Params params(int64_t Q, bool softplus = true) {
+  assay::ssd::Params p;
+  p.chunk_size = Q;
+  p.dt_softplus = softplus;
+  return p;
+}
 
 // Draws, in this order: x, dt, A, B, C, then D, z, dt_bias, initial_states where the Cfg asks.
 inline assay::ssd::Inputs make_inputs(const Cfg& c) {

@@ -18,6 +18,7 @@
 #include "reference/core/check.h"
 #include "reference/ssd/ssd.h"
 #include "reference/ssd/ssd_backward.h"
+#include "reference/tests/backward_check.h"
 
 using namespace assay;
 using ssd::Grads;
@@ -71,17 +72,17 @@ Upstream make_upstream(const Inputs& in, uint64_t seed, bool with_final = true) 
   return u;
 }
 
-double dot(const std::vector<double>& a, const std::vector<double>& b) {
-  double s = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) s += a[i] * b[i];
-  return s;
-}
+// Corruptions of valid upstream gradients that both backward forms refuse (require_refused):
+// dout one element short, dfinal_states one element short, dvarlen_states without cu_seqlens.
+void short_dout(Upstream& u) { u.dout.pop_back(); }
+void short_dfinal(Upstream& u) { u.dfinal.pop_back(); }
+void stray_dvarlen(Upstream& u) { u.dvarlen = {1.0}; }
 
 double loss(const Params& p0, const Inputs& in, const Upstream& u) {
   Params p = p0;
   p.compute_bounds = false;
   const auto r = ssd::recurrence(p, in);
-  return dot(u.dout, r.out) + dot(u.dfinal, r.final_states) + dot(u.dvarlen, r.varlen_states);
+  return assay_test::loss_of({{u.dout, r.out}, {u.dfinal, r.final_states}, {u.dvarlen, r.varlen_states}});
 }
 
 // Central FD of every element of every input against the analytic gradient (tests/gradcheck.h);
@@ -100,10 +101,9 @@ double gradcheck(const char* label, const Params& p, const Inputs& in, const Ups
 
 constexpr double kTol = 1e-6;
 
+// ssd_test::params without the forward's bounds (the gradchecks' loss does not read them).
 Params params(int64_t Q, bool softplus = true) {
-  Params p;
-  p.chunk_size = Q;
-  p.dt_softplus = softplus;
+  Params p = ssd_test::params(Q, softplus);
   p.compute_bounds = false;
   return p;
 }
@@ -268,17 +268,10 @@ TEST_CASE("ssd backward: no gradient crosses a packed-sequence reset", "[cpu][L0
 }
 
 TEST_CASE("ssd backward: malformed upstream gradients are refused", "[cpu][L0]") {
-  Cfg c = tiny();
   const Params p = params(3);
-  const Inputs in = make_inputs(c);
-  Upstream u = make_upstream(in, 22);
-  u.dout.pop_back();
-  REQUIRE_THROWS_AS(ssd::backward_recurrent(p, in, u.dout, u.dfinal), InputError);
-  u = make_upstream(in, 22);
-  u.dfinal.pop_back();
-  REQUIRE_THROWS_AS(ssd::backward_recurrent(p, in, u.dout, u.dfinal), InputError);
-  u = make_upstream(in, 22);
-  REQUIRE_THROWS_AS(ssd::backward_recurrent(p, in, u.dout, u.dfinal, {1.0}), InputError);
+  const Inputs in = make_inputs(tiny());
+  assay_test::require_refused(make_upstream(in, 22), {short_dout, short_dfinal, stray_dvarlen},
+                              [&](const Upstream& u) { return ssd::backward_recurrent(p, in, u.dout, u.dfinal, u.dvarlen); });
 }
 
 // ---------------------------------------------------------------- chunked vs recurrent backward
@@ -406,14 +399,10 @@ TEST_CASE("ssd backward: chunked form agrees with the recurrent form", "[cpu][L0
 }
 
 TEST_CASE("ssd backward: chunked form refuses malformed upstream gradients", "[cpu][L0]") {
-  Cfg c = tiny();
   const Params p = params(3);
-  const Inputs in = make_inputs(c);
-  Upstream u = make_upstream(in, 22);
-  u.dout.pop_back();
-  REQUIRE_THROWS_AS(ssd::backward_chunked(p, in, u.dout, u.dfinal), InputError);
-  u = make_upstream(in, 22);
-  REQUIRE_THROWS_AS(ssd::backward_chunked(p, in, u.dout, u.dfinal, {1.0}), InputError);
+  const Inputs in = make_inputs(tiny());
+  assay_test::require_refused(make_upstream(in, 22), {short_dout, stray_dvarlen},
+                              [&](const Upstream& u) { return ssd::backward_chunked(p, in, u.dout, u.dfinal, u.dvarlen); });
 }
 
 TEST_CASE("ssd backward: bounds dominate every gradient, are 0 where the clamp acts, and are tight without cancellation", "[cpu][L0]") {
