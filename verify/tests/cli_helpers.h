@@ -75,4 +75,15 @@ inline void write_candidate(const std::filesystem::path& path, const assay::Gold
   }
 }
 
+// What the CLI test files (test_cli*.cpp) use, by `using namespace assay_test::cli`.
+namespace cli {
+using assay_test::lines;
+using assay_test::Run;
+using assay_test::slurp;
+using assay_test::write_candidate;
+inline Run run(const std::string& args) { return run_assay(args); }
+inline std::filesystem::path tmpdir(const std::string& name) { return fresh_dir("assay_test_cli", name); }
+inline const std::string kGolden = std::string(ASSAY_SOURCE_DIR) + "/golden/scaled_add/normal_odd_shape.h5";
+}  // namespace cli
+
 }  // namespace assay_test

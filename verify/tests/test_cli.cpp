@@ -16,15 +16,7 @@
 using namespace assay;
 namespace fs = std::filesystem;
 
-namespace {
-using assay_test::Run;
-using assay_test::slurp;
-Run run(const std::string& args) { return assay_test::run_assay(args); }
-using assay_test::lines;
-fs::path tmpdir(const std::string& name) { return assay_test::fresh_dir("assay_test_cli", name); }
-using assay_test::write_candidate;
-const std::string kGolden = std::string(ASSAY_SOURCE_DIR) + "/golden/scaled_add/normal_odd_shape.h5";
-}  // namespace
+using namespace assay_test::cli;
 
 TEST_CASE("gen gives the same input bytes in two separate processes", "[cpu][L0]") {
   auto a = tmpdir("gen_a"), b = tmpdir("gen_b");

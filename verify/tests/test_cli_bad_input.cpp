@@ -1,6 +1,5 @@
-// The CLI on bad input (README "Bad input"): one line naming the file, dataset or field, a non-zero
-// exit, never a crash and never a half-written golden.
-// End-to-end tests of the assay CLI, run as separate processes.
+// The CLI on bad input (README "Bad input"), run as separate processes: one line naming the file,
+// dataset or field, a non-zero exit, never a crash and never a half-written golden.
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -18,15 +17,7 @@
 using namespace assay;
 namespace fs = std::filesystem;
 
-namespace {
-using assay_test::Run;
-using assay_test::slurp;
-Run run(const std::string& args) { return assay_test::run_assay(args); }
-using assay_test::lines;
-fs::path tmpdir(const std::string& name) { return assay_test::fresh_dir("assay_test_cli", name); }
-using assay_test::write_candidate;
-const std::string kGolden = std::string(ASSAY_SOURCE_DIR) + "/golden/scaled_add/normal_odd_shape.h5";
-}  // namespace
+using namespace assay_test::cli;
 
 TEST_CASE("bad input: one line naming the file and field, exit 2", "[cpu][L0]") {
   auto d = tmpdir("bad");
