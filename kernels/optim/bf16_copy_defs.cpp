@@ -6,32 +6,30 @@
 namespace assay::kernels::optim {
 namespace {
 
-KernelDef make_bf16_copy() {
-  KernelDef d = optim_kernel("optim_bf16_copy_v1", "fp32 master -> bf16 param: RNE, TE store_param_remainders (split, merge), torchao stochastic rounding");
-  d.can_implement = [](const KernelCase& g) -> Support {
-    if (auto s = runs(g, "bf16_copy", "optim_bf16_copy_v1"); !s.ok) return s;
-    if (auto s = need(g, {"master", "master_recovered"}, DType::f32); !s.ok) return s;
-    if (auto s = need(g, {"rbits", "remainder"}, DType::i32); !s.ok) return s;
-    if (auto s = need(g, {"p_bf16_rne", "p_bf16_te", "p_bf16_sr"}, DType::bf16); !s.ok) return s;
-    return outputs_within(g, {"p_bf16_rne", "p_bf16_te", "p_bf16_sr", "remainder", "master_recovered"},
-                          "optim_bf16_copy_v1");
-  };
-  d.launch = [](LaunchContext& ctx) -> std::string {
-    const auto *x = ctx.input("master"), *r = ctx.input("rbits");
-    const auto *rne = ctx.output("p_bf16_rne"), *te = ctx.output("p_bf16_te"), *sr = ctx.output("p_bf16_sr");
-    const auto *rem = ctx.output("remainder"), *rec = ctx.output("master_recovered");
-    if (!x || !r || !rne || !te || !sr || !rem || !rec) return "optim_bf16_copy_v1: missing tensors";
-    return cuda_error("optim_bf16_copy_v1",
-                    bf16_copies(static_cast<const float*>(x->data), static_cast<const int*>(r->data),
-                                static_cast<uint16_t*>(rne->data), static_cast<uint16_t*>(te->data),
-                                static_cast<int*>(rem->data), static_cast<float*>(rec->data),
-                                static_cast<uint16_t*>(sr->data), x->numel(), static_cast<cudaStream_t>(ctx.stream)));
-  };
-  return d;
+Support can_implement(const KernelCase& g, const CaseFields&) {
+  if (auto s = need(g, {"master", "master_recovered"}, DType::f32); !s.ok) return s;
+  if (auto s = need(g, {"rbits", "remainder"}, DType::i32); !s.ok) return s;
+  if (auto s = need(g, {"p_bf16_rne", "p_bf16_te", "p_bf16_sr"}, DType::bf16); !s.ok) return s;
+  return outputs_within(g, {"p_bf16_rne", "p_bf16_te", "p_bf16_sr", "remainder", "master_recovered"},
+                        "optim_bf16_copy_v1");
+}
+
+std::string launch(LaunchContext& ctx) {
+  const auto *x = ctx.input("master"), *r = ctx.input("rbits");
+  const auto *rne = ctx.output("p_bf16_rne"), *te = ctx.output("p_bf16_te"), *sr = ctx.output("p_bf16_sr");
+  const auto *rem = ctx.output("remainder"), *rec = ctx.output("master_recovered");
+  if (!x || !r || !rne || !te || !sr || !rem || !rec) return "optim_bf16_copy_v1: missing tensors";
+  return cuda_error("optim_bf16_copy_v1",
+                  bf16_copies(static_cast<const float*>(x->data), static_cast<const int*>(r->data),
+                              static_cast<uint16_t*>(rne->data), static_cast<uint16_t*>(te->data),
+                              static_cast<int*>(rem->data), static_cast<float*>(rec->data),
+                              static_cast<uint16_t*>(sr->data), x->numel(), static_cast<cudaStream_t>(ctx.stream)));
 }
 
 }  // namespace
 
-ASSAY_REGISTER_KERNEL(make_bf16_copy());
+ASSAY_REGISTER_KERNEL(optimizer_kernel("optim_bf16_copy_v1",
+                                       "fp32 master -> bf16 param: RNE, TE store_param_remainders (split, merge), torchao stochastic rounding",
+                                       "bf16_copy", can_implement, launch));
 
 }  // namespace assay::kernels::optim

@@ -13,38 +13,35 @@ LambConfig lamb_config(const CaseFields& P) {
   return c;
 }
 
-KernelDef make_lamb() {
-  KernelDef d = optim_kernel("optim_lamb_v1", "apex FusedLAMB: deterministic two-pass norms (global ||g||, per-tensor ||p||, ||u||), phase 1 update, phase 2 trust ratio");
-  d.can_implement = [](const KernelCase& g) -> Support {
-    const CaseFields& P = g.fields;
-    if (auto s = runs(g, "lamb", "optim_lamb_v1"); !s.ok) return s;
-    if (auto s = need(g, {"g", "p", "m", "v", "p_tol", "m_tol", "v_tol"}, DType::f32); !s.ok) return s;
-    if (auto s = outputs_within(g, {"p_tol", "m_tol", "v_tol"}, "optim_lamb_v1"); !s.ok) return s;
-    bool ok = false;
-    segments_of(P, g.input("g")->numel(), ok);
-    if (!ok) return no(fmt::format("lamb: `sizes` must be 1..{} positive sizes summing to N", kMaxSegments));
-    return {};
-  };
-  d.launch = [](LaunchContext& ctx) -> std::string {
-    const LambConfig c = lamb_config(ctx.params);
-    const auto *g = ctx.input("g"), *p = ctx.input("p"), *m = ctx.input("m"), *v = ctx.input("v");
-    const auto *po = ctx.output("p_tol"), *mo = ctx.output("m_tol"), *vo = ctx.output("v_tol");
-    if (!g || !p || !m || !v || !po || !mo || !vo) return "optim_lamb_v1: missing tensors";
-    bool ok = false;
-    const Segments s = segments_of(ctx.params, g->numel(), ok);
-    if (!ok) return "optim_lamb_v1: bad sizes";
-    const int64_t t = ctx.params.get_int("step0") + 1;
-    return cuda_error("optim_lamb_v1",
-                    lamb_step(c, t, s, static_cast<const float*>(g->data), static_cast<const float*>(p->data),
-                              static_cast<const float*>(m->data), static_cast<const float*>(v->data),
-                              static_cast<float*>(po->data), static_cast<float*>(mo->data), static_cast<float*>(vo->data),
-                              static_cast<cudaStream_t>(ctx.stream)));
-  };
-  return d;
+Support can_implement(const KernelCase& g, const CaseFields& P) {
+  if (auto s = need(g, {"g", "p", "m", "v", "p_tol", "m_tol", "v_tol"}, DType::f32); !s.ok) return s;
+  if (auto s = outputs_within(g, {"p_tol", "m_tol", "v_tol"}, "optim_lamb_v1"); !s.ok) return s;
+  bool ok = false;
+  segments_of(P, g.input("g")->numel(), ok);
+  if (!ok) return no(fmt::format("lamb: `sizes` must be 1..{} positive sizes summing to N", kMaxSegments));
+  return {};
+}
+
+std::string launch(LaunchContext& ctx) {
+  const LambConfig c = lamb_config(ctx.params);
+  const auto *g = ctx.input("g"), *p = ctx.input("p"), *m = ctx.input("m"), *v = ctx.input("v");
+  const auto *po = ctx.output("p_tol"), *mo = ctx.output("m_tol"), *vo = ctx.output("v_tol");
+  if (!g || !p || !m || !v || !po || !mo || !vo) return "optim_lamb_v1: missing tensors";
+  bool ok = false;
+  const Segments s = segments_of(ctx.params, g->numel(), ok);
+  if (!ok) return "optim_lamb_v1: bad sizes";
+  const int64_t t = ctx.params.get_int("step0") + 1;
+  return cuda_error("optim_lamb_v1",
+                  lamb_step(c, t, s, static_cast<const float*>(g->data), static_cast<const float*>(p->data),
+                            static_cast<const float*>(m->data), static_cast<const float*>(v->data),
+                            static_cast<float*>(po->data), static_cast<float*>(mo->data), static_cast<float*>(vo->data),
+                            static_cast<cudaStream_t>(ctx.stream)));
 }
 
 }  // namespace
 
-ASSAY_REGISTER_KERNEL(make_lamb());
+ASSAY_REGISTER_KERNEL(optimizer_kernel("optim_lamb_v1",
+                                       "apex FusedLAMB: deterministic two-pass norms (global ||g||, per-tensor ||p||, ||u||), phase 1 update, phase 2 trust ratio",
+                                       "lamb", can_implement, launch));
 
 }  // namespace assay::kernels::optim

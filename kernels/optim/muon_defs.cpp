@@ -24,39 +24,36 @@ bool muon_config(const CaseFields& P, MuonConfig& c, std::string& why) {
   return why.empty();
 }
 
-KernelDef make_muon() {
-  KernelDef d = optim_kernel("optim_muon_v1", "Muon: momentum, Newton-Schulz with cuBLAS bf16 GEMMs (fp32 accumulation, KJ op order), scale, update");
-  d.can_implement = [](const KernelCase& g) -> Support {
-    const CaseFields& P = g.fields;
-    if (auto s = runs(g, "muon", "optim_muon_v1"); !s.ok) return s;
-    MuonConfig c;
-    std::string why;
-    if (!muon_config(P, c, why)) return no("muon: " + why);
-    if (auto s = need(g, {"g", "p", "buf"}, DType::f32); !s.ok) return s;
-    if (auto s = need_outputs(g, {"buf", "p_tol", "update_tol"}, DType::f32); !s.ok) return s;
-    if (auto s = outputs_within(g, {"buf", "p_tol", "update_tol"}, "optim_muon_v1"); !s.ok) return s;
-    const int64_t M = P.get_int("M"), K = P.get_int("K");
-    if (M <= 0 || K <= 0 || g.input("g")->numel() != M * K) return no("muon: g, p, buf must be [M, K]");
-    if (M > (1 << 20) || K > (1 << 20)) return no("muon: dimensions above 2^20");
-    return {};
-  };
-  d.launch = [](LaunchContext& ctx) -> std::string {
-    MuonConfig c;
-    std::string why;
-    if (!muon_config(ctx.params, c, why)) return "optim_muon_v1: " + why;
-    const int64_t M = ctx.params.get_int("M"), K = ctx.params.get_int("K");
-    const auto *g = ctx.input("g"), *p = ctx.input("p"), *b = ctx.input("buf");
-    const auto *bo = ctx.output("buf"), *po = ctx.output("p_tol"), *uo = ctx.output("update_tol");
-    if (!g || !p || !b || !bo || !po || !uo) return "optim_muon_v1: missing tensors";
-    return muon_step(c, M, K, static_cast<const float*>(g->data), static_cast<const float*>(p->data),
-                     static_cast<const float*>(b->data), static_cast<float*>(po->data), static_cast<float*>(bo->data),
-                     static_cast<float*>(uo->data), static_cast<cudaStream_t>(ctx.stream));
-  };
-  return d;
+Support can_implement(const KernelCase& g, const CaseFields& P) {
+  MuonConfig c;
+  std::string why;
+  if (!muon_config(P, c, why)) return no("muon: " + why);
+  if (auto s = need(g, {"g", "p", "buf"}, DType::f32); !s.ok) return s;
+  if (auto s = need_outputs(g, {"buf", "p_tol", "update_tol"}, DType::f32); !s.ok) return s;
+  if (auto s = outputs_within(g, {"buf", "p_tol", "update_tol"}, "optim_muon_v1"); !s.ok) return s;
+  const int64_t M = P.get_int("M"), K = P.get_int("K");
+  if (M <= 0 || K <= 0 || g.input("g")->numel() != M * K) return no("muon: g, p, buf must be [M, K]");
+  if (M > (1 << 20) || K > (1 << 20)) return no("muon: dimensions above 2^20");
+  return {};
+}
+
+std::string launch(LaunchContext& ctx) {
+  MuonConfig c;
+  std::string why;
+  if (!muon_config(ctx.params, c, why)) return "optim_muon_v1: " + why;
+  const int64_t M = ctx.params.get_int("M"), K = ctx.params.get_int("K");
+  const auto *g = ctx.input("g"), *p = ctx.input("p"), *b = ctx.input("buf");
+  const auto *bo = ctx.output("buf"), *po = ctx.output("p_tol"), *uo = ctx.output("update_tol");
+  if (!g || !p || !b || !bo || !po || !uo) return "optim_muon_v1: missing tensors";
+  return muon_step(c, M, K, static_cast<const float*>(g->data), static_cast<const float*>(p->data),
+                   static_cast<const float*>(b->data), static_cast<float*>(po->data), static_cast<float*>(bo->data),
+                   static_cast<float*>(uo->data), static_cast<cudaStream_t>(ctx.stream));
 }
 
 }  // namespace
 
-ASSAY_REGISTER_KERNEL(make_muon());
+ASSAY_REGISTER_KERNEL(optimizer_kernel("optim_muon_v1",
+                                       "Muon: momentum, Newton-Schulz with cuBLAS bf16 GEMMs (fp32 accumulation, KJ op order), scale, update",
+                                       "muon", can_implement, launch));
 
 }  // namespace assay::kernels::optim

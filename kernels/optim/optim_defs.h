@@ -39,9 +39,24 @@ inline Support need(const KernelCase& g, const std::vector<std::string>& names, 
   return require_dtypes(g, names, {dt});
 }
 
-// The golden is a case of `optimizer` (else the kernel `kernel` refuses it).
-inline Support runs(const KernelCase& g, const std::string& optimizer, const std::string& kernel) {
-  if (g.fields.get_string("optimizer") != optimizer) return no(kernel + " runs optimizer = " + optimizer);
+// The KernelDef of one optimizer's kernel: a golden of another optimizer is refused ("<name> runs
+// optimizer = <optimizer>") before `can` is asked (P: the golden's case fields).
+using CanImplement = Support (*)(const KernelCase& g, const CaseFields& P);
+using Launch = std::string (*)(LaunchContext& ctx);
+inline KernelDef optimizer_kernel(std::string name, std::string description, std::string optimizer, CanImplement can,
+                                  Launch launch) {
+  KernelDef d = optim_kernel(name, std::move(description));
+  d.can_implement = [name, optimizer, can](const KernelCase& g) -> Support {
+    if (g.fields.get_string("optimizer") != optimizer) return no(name + " runs optimizer = " + optimizer);
+    return can(g, g.fields);
+  };
+  d.launch = launch;
+  return d;
+}
+
+// The case's `semantics` (clip, scaler): torch or megatron.
+inline Support torch_or_megatron(const std::string& sem) {
+  if (sem != "torch" && sem != "megatron") return no("semantics: torch or megatron");
   return {};
 }
 

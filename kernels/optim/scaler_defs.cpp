@@ -21,50 +21,47 @@ ScalerConfig scaler_config(const CaseFields& P) {
   return c;
 }
 
-KernelDef make_scaler() {
-  KernelDef d = optim_kernel("optim_scaler_v1", "dynamic loss scaling: torch GradScaler (_amp_update_scale_, unscale_) and Megatron DynamicGradScaler (hysteresis)");
-  d.can_implement = [](const KernelCase& g) -> Support {
-    const CaseFields& P = g.fields;
-    if (auto s = runs(g, "scaler", "optim_scaler_v1"); !s.ok) return s;
-    const std::string sem = P.get_string("semantics");
-    if (sem != "torch" && sem != "megatron") return no("semantics: torch or megatron");
-    if (auto s = need(g, {"found_inf", "found_inf_unscale"}, DType::i32); !s.ok) return s;
-    if (auto s = need(g, {"g", "g_unscaled", "scale"}, DType::f32); !s.ok) return s;
-    std::vector<std::string> trk{"growth_tracker"};
-    if (sem == "megatron") trk.push_back("hysteresis_tracker");
-    if (auto s = need(g, trk, DType::i64); !s.ok) return s;
-    if (auto s = outputs_within(g, {"scale", "growth_tracker", "hysteresis_tracker", "g_unscaled", "found_inf_unscale"},
-                                "optim_scaler_v1");
-        !s.ok)
-      return s;
-    const int64_t S = g.input("found_inf")->numel();
-    if (g.output("scale")->numel() != S || g.output("growth_tracker")->numel() != S)
-      return no("scaler: scale / growth_tracker must have one value per step");
-    if (g.output("found_inf_unscale")->numel() != 1) return no("found_inf_unscale must hold one value");
-    (void)scaler_config(P);  // every field the launch reads is there
-    return {};
-  };
-  d.launch = [](LaunchContext& ctx) -> std::string {
-    const ScalerConfig c = scaler_config(ctx.params);
-    const auto *fi = ctx.input("found_inf"), *g = ctx.input("g");
-    const auto *so = ctx.output("scale"), *to = ctx.output("growth_tracker"), *ho = ctx.output("hysteresis_tracker");
-    const auto *gu = ctx.output("g_unscaled"), *fo = ctx.output("found_inf_unscale");
-    if (!fi || !g || !so || !to || !gu || !fo) return "optim_scaler_v1: missing tensors";
-    auto st = static_cast<cudaStream_t>(ctx.stream);
-    cudaError_t e = scaler_updates(c, static_cast<const int*>(fi->data), fi->numel(), static_cast<float*>(so->data),
-                                   static_cast<int64_t*>(to->data), ho ? static_cast<int64_t*>(ho->data) : nullptr, st);
-    // unscale_ with the initial scale: inv = f32(1 / double(scale))
-    const float inv = static_cast<float>(1.0 / static_cast<double>(static_cast<float>(c.init_scale)));
-    if (e == cudaSuccess)
-      e = unscale_grads(inv, static_cast<const float*>(g->data), static_cast<float*>(gu->data), g->numel(),
-                        static_cast<int*>(fo->data), st);
-    return cuda_error("optim_scaler_v1", e);
-  };
-  return d;
+Support can_implement(const KernelCase& g, const CaseFields& P) {
+  const std::string sem = P.get_string("semantics");
+  if (auto s = torch_or_megatron(sem); !s.ok) return s;
+  if (auto s = need(g, {"found_inf", "found_inf_unscale"}, DType::i32); !s.ok) return s;
+  if (auto s = need(g, {"g", "g_unscaled", "scale"}, DType::f32); !s.ok) return s;
+  std::vector<std::string> trk{"growth_tracker"};
+  if (sem == "megatron") trk.push_back("hysteresis_tracker");
+  if (auto s = need(g, trk, DType::i64); !s.ok) return s;
+  if (auto s = outputs_within(g, {"scale", "growth_tracker", "hysteresis_tracker", "g_unscaled", "found_inf_unscale"},
+                              "optim_scaler_v1");
+      !s.ok)
+    return s;
+  const int64_t S = g.input("found_inf")->numel();
+  if (g.output("scale")->numel() != S || g.output("growth_tracker")->numel() != S)
+    return no("scaler: scale / growth_tracker must have one value per step");
+  if (g.output("found_inf_unscale")->numel() != 1) return no("found_inf_unscale must hold one value");
+  (void)scaler_config(P);  // every field the launch reads is there
+  return {};
+}
+
+std::string launch(LaunchContext& ctx) {
+  const ScalerConfig c = scaler_config(ctx.params);
+  const auto *fi = ctx.input("found_inf"), *g = ctx.input("g");
+  const auto *so = ctx.output("scale"), *to = ctx.output("growth_tracker"), *ho = ctx.output("hysteresis_tracker");
+  const auto *gu = ctx.output("g_unscaled"), *fo = ctx.output("found_inf_unscale");
+  if (!fi || !g || !so || !to || !gu || !fo) return "optim_scaler_v1: missing tensors";
+  auto st = static_cast<cudaStream_t>(ctx.stream);
+  cudaError_t e = scaler_updates(c, static_cast<const int*>(fi->data), fi->numel(), static_cast<float*>(so->data),
+                                 static_cast<int64_t*>(to->data), ho ? static_cast<int64_t*>(ho->data) : nullptr, st);
+  // unscale_ with the initial scale: inv = f32(1 / double(scale))
+  const float inv = static_cast<float>(1.0 / static_cast<double>(static_cast<float>(c.init_scale)));
+  if (e == cudaSuccess)
+    e = unscale_grads(inv, static_cast<const float*>(g->data), static_cast<float*>(gu->data), g->numel(),
+                      static_cast<int*>(fo->data), st);
+  return cuda_error("optim_scaler_v1", e);
 }
 
 }  // namespace
 
-ASSAY_REGISTER_KERNEL(make_scaler());
+ASSAY_REGISTER_KERNEL(optimizer_kernel("optim_scaler_v1",
+                                       "dynamic loss scaling: torch GradScaler (_amp_update_scale_, unscale_) and Megatron DynamicGradScaler (hysteresis)",
+                                       "scaler", can_implement, launch));
 
 }  // namespace assay::kernels::optim

@@ -21,6 +21,25 @@ using detail::sumsq;
 // p = p - ratio u. Contractions (inferred): fma(m, b1, b3 sg); fma(v, b2, ((1-b2) sg) sg);
 // fma(decay, p, .); fma(-ratio, u, p).
 // --------------------------------------------------------------------------------------------
+namespace {
+// Step t, the fp64 bias corrections, and the list-size check of both fp64 forms.
+struct Lamb64Step {
+  int64_t t;
+  double bc1, bc2;
+};
+Lamb64Step start_step(const LambHyper& h, size_t T, const LambState64& s) {
+  ASSAY_INPUT_CHECK(s.p.size() == T && s.m.size() == T && s.v.size() == T, "lamb: list sizes");
+  const int64_t t = s.step + 1;
+  return {t, bias_correction(h.bias_correction, h.beta1, t), bias_correction(h.bias_correction, h.beta2, t)};
+}
+// One tensor's diagnostics, in list order.
+void add_tensor(LambInfo& info, double param_norm, double update_norm, double ratio) {
+  info.param_norm.push_back(param_norm);
+  info.update_norm.push_back(update_norm);
+  info.ratio.push_back(ratio);
+}
+}  // namespace
+
 LambInfo lamb_step_f32(const LambHyper& h, const std::vector<std::vector<float>>& g,
                        LambState32& s) {
   const size_t T = g.size();
@@ -69,9 +88,7 @@ LambInfo lamb_step_f32(const LambHyper& h, const std::vector<std::vector<float>>
       ratio = (un != 0.0f && pn != 0.0f) ? lr * (pn / un) : lr;
     for (size_t i = 0; i < n; ++i)
       s.p[k][i] = C ? std::fma(-ratio, u[i], s.p[k][i]) : s.p[k][i] - ratio * u[i];
-    info.param_norm.push_back(pn);
-    info.update_norm.push_back(un);
-    info.ratio.push_back(ratio);
+    add_tensor(info, pn, un, ratio);
   }
   s.step = t;
   return info;
@@ -80,10 +97,7 @@ LambInfo lamb_step_f32(const LambHyper& h, const std::vector<std::vector<float>>
 LambInfo lamb_step_f64(const LambHyper& h, const std::vector<std::vector<double>>& g,
                        LambState64& s) {
   const size_t T = g.size();
-  ASSAY_INPUT_CHECK(s.p.size() == T && s.m.size() == T && s.v.size() == T, "lamb: list sizes");
-  const int64_t t = s.step + 1;
-  const double bc1 = bias_correction(h.bias_correction, h.beta1, t);
-  const double bc2 = bias_correction(h.bias_correction, h.beta2, t);
+  const auto [t, bc1, bc2] = start_step(h, T, s);
   const double b3 = h.grad_averaging ? 1.0 - h.beta1 : 1.0;
   LambInfo info;
   double gsq = 0;
@@ -108,9 +122,7 @@ LambInfo lamb_step_f64(const LambHyper& h, const std::vector<std::vector<double>
     double ratio = h.lr;
     if ((h.use_nvlamb || h.weight_decay != 0) && un != 0 && pn != 0) ratio = h.lr * pn / un;
     for (size_t i = 0; i < n; ++i) s.p[k][i] -= ratio * u[i];
-    info.param_norm.push_back(pn);
-    info.update_norm.push_back(un);
-    info.ratio.push_back(ratio);
+    add_tensor(info, pn, un, ratio);
   }
   s.step = t;
   return info;
@@ -119,10 +131,7 @@ LambInfo lamb_step_f64(const LambHyper& h, const std::vector<std::vector<double>
 LambInfo lamb_step_f64_alt(const LambHyper& h, const std::vector<std::vector<double>>& g,
                            LambState64& s) {
   const size_t T = g.size();
-  ASSAY_INPUT_CHECK(s.p.size() == T && s.m.size() == T && s.v.size() == T, "lamb_alt: sizes");
-  const int64_t t = s.step + 1;
-  const double bc1 = bias_correction(h.bias_correction, h.beta1, t);
-  const double bc2 = bias_correction(h.bias_correction, h.beta2, t);
+  const auto [t, bc1, bc2] = start_step(h, T, s);
   LambInfo info;
   double gsq = 0;
   for (const auto& x : g) gsq += pairwise_sq(x);
@@ -148,9 +157,7 @@ LambInfo lamb_step_f64_alt(const LambHyper& h, const std::vector<std::vector<dou
     const double ratio = trust ? h.lr * pn / un : h.lr;
     for (size_t i = 0; i < n; ++i)
       s.p[k][i] = trust ? s.p[k][i] - (h.lr * pn) * (u[i] / un) : s.p[k][i] - h.lr * u[i];
-    info.param_norm.push_back(pn);
-    info.update_norm.push_back(un);
-    info.ratio.push_back(ratio);
+    add_tensor(info, pn, un, ratio);
   }
   s.step = t;
   return info;

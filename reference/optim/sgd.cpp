@@ -16,6 +16,13 @@ void check_sgd(const SgdHyper& h, size_t n, size_t p_size) {
   ASSAY_INPUT_CHECK(!h.nesterov || (h.momentum > 0 && h.dampening == 0),
                     "sgd: nesterov requires momentum > 0 and dampening 0");
 }
+// The checks and the fresh momentum buffer (zeros) of both fp64 forms; true on the first momentum step.
+bool start_f64(const SgdHyper& h, size_t n, SgdState64& s) {
+  check_sgd(h, n, s.p.size());
+  const bool first = s.buf.empty();
+  if (h.momentum != 0 && first) s.buf.assign(n, 0.0);
+  return first;
+}
 }  // namespace
 
 // --------------------------------------------------------------------------------------------
@@ -55,9 +62,7 @@ void sgd_step_f64(const SgdHyper& h, const std::vector<double>& g, SgdState64& s
   // ("theta + gamma g" at the end, after the decay term was added) would make weight decay grow
   // the weights under maximize; the source wins (spec header).
   const size_t n = g.size();
-  check_sgd(h, n, s.p.size());
-  const bool first = s.buf.empty();
-  if (h.momentum != 0 && first) s.buf.assign(n, 0.0);
+  const bool first = start_f64(h, n, s);
   for (size_t i = 0; i < n; ++i) {
     double gi = (h.maximize ? -g[i] : g[i]) + h.weight_decay * s.p[i];
     if (h.momentum != 0) {
@@ -71,9 +76,7 @@ void sgd_step_f64(const SgdHyper& h, const std::vector<double>& g, SgdState64& s
 
 void sgd_step_f64_alt(const SgdHyper& h, const std::vector<double>& g, SgdState64& s) {
   const size_t n = g.size();
-  check_sgd(h, n, s.p.size());
-  const bool first = s.buf.empty();
-  if (h.momentum != 0 && first) s.buf.assign(n, 0.0);
+  const bool first = start_f64(h, n, s);
   for (size_t i = 0; i < n; ++i) {
     const double sign = h.maximize ? -1.0 : 1.0;
     const double d = sign * g[i] + h.weight_decay * s.p[i];
