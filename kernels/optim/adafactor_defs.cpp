@@ -5,6 +5,10 @@
 namespace assay::kernels::optim {
 namespace {
 
+// optim_adafactor_v1: what `assay verify --list` shows.
+constexpr const char* kDescription =
+    "torch Adafactor, first step from a fresh state (factored or vector); one block, fixed-order reductions";
+
 Support can_implement(const KernelCase& g, const CaseFields& P) {
   if (auto s = need(g, {"g", "p", "p_tol"}, DType::f32); !s.ok) return s;
   if (auto s = outputs_within(g, {"p_tol"}, "optim_adafactor_v1"); !s.ok) return s;
@@ -31,8 +35,6 @@ std::string launch(LaunchContext& ctx) {
 
 }  // namespace
 
-ASSAY_REGISTER_KERNEL(optimizer_kernel("optim_adafactor_v1",
-                                       "torch Adafactor, first step from a fresh state (factored or vector); one block, fixed-order reductions",
-                                       "adafactor", can_implement, launch));
+ASSAY_REGISTER_KERNEL(optimizer_kernel("optim_adafactor_v1", kDescription, "adafactor", can_implement, launch));
 
 }  // namespace assay::kernels::optim

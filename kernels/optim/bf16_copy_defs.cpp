@@ -6,6 +6,10 @@
 namespace assay::kernels::optim {
 namespace {
 
+// optim_bf16_copy_v1: what `assay verify --list` shows.
+constexpr const char* kDescription =
+    "fp32 master -> bf16 param: RNE, TE store_param_remainders (split, merge), torchao stochastic rounding";
+
 Support can_implement(const KernelCase& g, const CaseFields&) {
   if (auto s = need(g, {"master", "master_recovered"}, DType::f32); !s.ok) return s;
   if (auto s = need(g, {"rbits", "remainder"}, DType::i32); !s.ok) return s;
@@ -28,8 +32,6 @@ std::string launch(LaunchContext& ctx) {
 
 }  // namespace
 
-ASSAY_REGISTER_KERNEL(optimizer_kernel("optim_bf16_copy_v1",
-                                       "fp32 master -> bf16 param: RNE, TE store_param_remainders (split, merge), torchao stochastic rounding",
-                                       "bf16_copy", can_implement, launch));
+ASSAY_REGISTER_KERNEL(optimizer_kernel("optim_bf16_copy_v1", kDescription, "bf16_copy", can_implement, launch));
 
 }  // namespace assay::kernels::optim

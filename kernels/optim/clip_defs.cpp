@@ -5,6 +5,10 @@
 namespace assay::kernels::optim {
 namespace {
 
+// optim_clip_v1: what `assay verify --list` shows.
+constexpr const char* kDescription =
+    "global grad-norm clipping, torch clip_grad_norm_ (fp32 / bf16) and Megatron (fp32); deterministic two-pass norms";
+
 Support can_implement(const KernelCase& g, const CaseFields& P) {
   const std::string sem = P.get_string("semantics");
   const bool b16 = P.get_double("bf16") != 0;
@@ -35,8 +39,6 @@ std::string launch(LaunchContext& ctx) {
 
 }  // namespace
 
-ASSAY_REGISTER_KERNEL(optimizer_kernel("optim_clip_v1",
-                                       "global grad-norm clipping, torch clip_grad_norm_ (fp32 / bf16) and Megatron (fp32); deterministic two-pass norms",
-                                       "clip", can_implement, launch));
+ASSAY_REGISTER_KERNEL(optimizer_kernel("optim_clip_v1", kDescription, "clip", can_implement, launch));
 
 }  // namespace assay::kernels::optim

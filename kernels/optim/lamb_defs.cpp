@@ -5,6 +5,10 @@
 namespace assay::kernels::optim {
 namespace {
 
+// optim_lamb_v1: what `assay verify --list` shows.
+constexpr const char* kDescription =
+    "apex FusedLAMB: deterministic two-pass norms (global ||g||, per-tensor ||p||, ||u||), phase 1 update, phase 2 trust ratio";
+
 LambConfig lamb_config(const CaseFields& P) {
   LambConfig c;  // grad_averaging / bias_correction: the generator keeps apex's defaults (true)
   read_numbers(P, {{"lr", &c.lr}, {"beta1", &c.beta1}, {"beta2", &c.beta2}, {"eps", &c.eps},
@@ -40,8 +44,6 @@ std::string launch(LaunchContext& ctx) {
 
 }  // namespace
 
-ASSAY_REGISTER_KERNEL(optimizer_kernel("optim_lamb_v1",
-                                       "apex FusedLAMB: deterministic two-pass norms (global ||g||, per-tensor ||p||, ||u||), phase 1 update, phase 2 trust ratio",
-                                       "lamb", can_implement, launch));
+ASSAY_REGISTER_KERNEL(optimizer_kernel("optim_lamb_v1", kDescription, "lamb", can_implement, launch));
 
 }  // namespace assay::kernels::optim

@@ -5,6 +5,10 @@
 namespace assay::kernels::optim {
 namespace {
 
+// optim_lion_v1: what `assay verify --list` shows.
+constexpr const char* kDescription =
+    "Lion (lucidrains): p(1 - lr wd) - lr sign(b1 m + (1-b1) g), m = b2 m + (1-b2) g; float4 grid-stride";
+
 LionConfig lion_config(const CaseFields& P) {
   LionConfig c;
   read_numbers(P, {{"lr", &c.lr}, {"beta1", &c.beta1}, {"beta2", &c.beta2}, {"weight_decay", &c.weight_decay}});
@@ -36,8 +40,6 @@ std::string launch(LaunchContext& ctx) {
 
 }  // namespace
 
-ASSAY_REGISTER_KERNEL(optimizer_kernel("optim_lion_v1",
-                                       "Lion (lucidrains): p(1 - lr wd) - lr sign(b1 m + (1-b1) g), m = b2 m + (1-b2) g; float4 grid-stride",
-                                       "lion", can_implement, launch));
+ASSAY_REGISTER_KERNEL(optimizer_kernel("optim_lion_v1", kDescription, "lion", can_implement, launch));
 
 }  // namespace assay::kernels::optim

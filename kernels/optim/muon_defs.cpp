@@ -5,6 +5,10 @@
 namespace assay::kernels::optim {
 namespace {
 
+// optim_muon_v1: what `assay verify --list` shows.
+constexpr const char* kDescription =
+    "Muon: momentum, Newton-Schulz with cuBLAS bf16 GEMMs (fp32 accumulation, KJ op order), scale, update";
+
 bool muon_config(const CaseFields& P, MuonConfig& c, std::string& why) {
   read_numbers(P, {{"lr", &c.lr}, {"momentum", &c.momentum}, {"weight_decay", &c.weight_decay}});
   read_flags(P, {{"nesterov", &c.nesterov}});
@@ -52,8 +56,6 @@ std::string launch(LaunchContext& ctx) {
 
 }  // namespace
 
-ASSAY_REGISTER_KERNEL(optimizer_kernel("optim_muon_v1",
-                                       "Muon: momentum, Newton-Schulz with cuBLAS bf16 GEMMs (fp32 accumulation, KJ op order), scale, update",
-                                       "muon", can_implement, launch));
+ASSAY_REGISTER_KERNEL(optimizer_kernel("optim_muon_v1", kDescription, "muon", can_implement, launch));
 
 }  // namespace assay::kernels::optim

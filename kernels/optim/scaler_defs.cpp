@@ -6,6 +6,10 @@
 namespace assay::kernels::optim {
 namespace {
 
+// optim_scaler_v1: what `assay verify --list` shows.
+constexpr const char* kDescription =
+    "dynamic loss scaling: torch GradScaler (_amp_update_scale_, unscale_) and Megatron DynamicGradScaler (hysteresis)";
+
 // Hysteresis and min_scale exist in Megatron's scaler only (the fixture reads them there only).
 ScalerConfig scaler_config(const CaseFields& P) {
   ScalerConfig c;
@@ -60,8 +64,6 @@ std::string launch(LaunchContext& ctx) {
 
 }  // namespace
 
-ASSAY_REGISTER_KERNEL(optimizer_kernel("optim_scaler_v1",
-                                       "dynamic loss scaling: torch GradScaler (_amp_update_scale_, unscale_) and Megatron DynamicGradScaler (hysteresis)",
-                                       "scaler", can_implement, launch));
+ASSAY_REGISTER_KERNEL(optimizer_kernel("optim_scaler_v1", kDescription, "scaler", can_implement, launch));
 
 }  // namespace assay::kernels::optim

@@ -5,6 +5,10 @@
 namespace assay::kernels::optim {
 namespace {
 
+// optim_sgd_v1: what `assay verify --list` shows.
+constexpr const char* kDescription =
+    "torch 2.11 SGD (momentum, dampening, nesterov, maximize, wd): fma per add(alpha), float4 grid-stride";
+
 SgdConfig sgd_config(const CaseFields& P) {
   SgdConfig c;
   read_numbers(P, {{"lr", &c.lr}, {"momentum", &c.momentum}, {"dampening", &c.dampening}, {"weight_decay", &c.weight_decay}});
@@ -50,8 +54,6 @@ std::string launch(LaunchContext& ctx) {
 
 }  // namespace
 
-ASSAY_REGISTER_KERNEL(optimizer_kernel("optim_sgd_v1",
-                                       "torch 2.11 SGD (momentum, dampening, nesterov, maximize, wd): fma per add(alpha), float4 grid-stride",
-                                       "sgd", can_implement, launch));
+ASSAY_REGISTER_KERNEL(optimizer_kernel("optim_sgd_v1", kDescription, "sgd", can_implement, launch));
 
 }  // namespace assay::kernels::optim
