@@ -1,4 +1,7 @@
-// Device helpers shared by the optimizer kernels (included by kernels/optim/optim_*.cu only).
+// Device helpers shared by the optimizer kernels (included by kernels/optim/*.cu only): bf16
+// conversions, torch's lerp, 16-byte packs, the deterministic block sum and the chunked view of a
+// segment list; and their host side (optim_common.cu): grid sizes, segmented sums of squares,
+// the aligned-or-scalar launch of the elementwise kernels, carved scratch.
 //
 // Rounding discipline: every fp32 operation that the emulated implementation rounds separately is
 // written with an explicit-rounding intrinsic (__fmul_rn, __fadd_rn, __fsub_rn, __fdiv_rn,
@@ -94,7 +97,7 @@ __device__ __forceinline__ int segment_of_chunk(const ChunkTable& t, int b) {
 }  // namespace assay::kernels::optim::dev
 
 namespace assay::kernels::optim {
-// Host helpers (defined in optim_elementwise.cu).
+// Host helpers (defined in optim_common.cu).
 int grid_for(const void* kernel, int threads, int64_t items);  // min(ceil(items/threads), resident blocks)
 dev::ChunkTable make_chunks(const Segments& s);                // throws nothing; counts chunks
 int total_chunks(const dev::ChunkTable& t);
@@ -102,4 +105,34 @@ int total_chunks(const dev::ChunkTable& t);
 cudaError_t seg_sumsq(const dev::ChunkTable& t, const void* x, StoreType type, float* partial, float* seg_out,
                       cudaStream_t stream);
 cudaError_t seg_finalize(const dev::ChunkTable& t, const float* partial, float* seg_out, cudaStream_t stream);
+
+// Block size of the grid-stride elementwise kernels (adam.cu, sgd.cu, lion.cu, bf16_copy.cu, scaler.cu).
+constexpr int kThreads = 256;
+inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+// Launches a grid-stride elementwise kernel: `packed` (V elements per 16-byte access, over n / V
+// packs) when every pointer is 16-byte aligned (`aligned`), else `scalar` (one element at a time).
+template <typename Args>
+cudaError_t launch_elementwise(void (*packed)(Args), void (*scalar)(Args), int V, bool aligned, const Args& a,
+                               int64_t n, cudaStream_t stream) {
+  if (aligned) {
+    packed<<<grid_for(reinterpret_cast<const void*>(packed), kThreads, n / V + 1), kThreads, 0, stream>>>(a);
+  } else {
+    scalar<<<grid_for(reinterpret_cast<const void*>(scalar), kThreads, n), kThreads, 0, stream>>>(a);
+  }
+  return cudaGetLastError();
+}
+
+// Scratch carved from one stream-ordered allocation (256-byte aligned pieces).
+inline size_t align256(size_t b) { return (b + 255) & ~static_cast<size_t>(255); }
+struct Scratch {
+  char* base = nullptr;
+  size_t used = 0;
+  template <typename T>
+  T* take(size_t count) {
+    T* p = reinterpret_cast<T*>(base + used);
+    used += align256(count * sizeof(T));
+    return p;
+  }
+};
 }  // namespace assay::kernels::optim

@@ -1,5 +1,6 @@
-// Optimizer kernels (assay op `optim`): raw-pointer launchers, used by the registration
-// (kernels/optim/optim.cpp) and the benchmark (kernels/optim/bench_optim.cu).
+// Optimizer kernels (assay op `optim`): raw-pointer launchers, defined one optimizer per file
+// (kernels/optim/<optimizer>.cu), used by the registrations (kernels/optim/<optimizer>_defs.cpp)
+// and the benchmark (kernels/optim/bench_optim.cu).
 //
 // Tensors (docs/DESIGN.md "Axis vocabulary"; every tensor dense, row-major, device memory):
 //   elementwise optimizers: g [N], p [N], m [N], v [N], vmax [N], buf [N]

@@ -1,115 +1,18 @@
-// Adam / AdamW: fp32-exact emulations of the named implementations, the fp64 textbook step, the
-// a-priori f32-vs-f64 bound, BF16 master-weight copies and trajectories. See optim.h.
-#include <bit>
+// Adam / AdamW (spec B1, B2): fp32-exact emulations of the named implementations, the fp64
+// textbook step and its second fp64 form (apex-shaped, lerp moments), the a-priori f32-vs-f64
+// bound, BF16 master-weight copies and trajectories. See optim.h.
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
 
 #include "reference/core/check.h"
 #include "reference/optim/optim.h"
+#include "reference/optim/optim_internal.h"
 
 namespace assay::optim {
 
-// --------------------------------------------------------------------------------------------
-// helpers
-// --------------------------------------------------------------------------------------------
-float f32(double x) { return static_cast<float>(x); }  // IEEE RNE on SSE2 (default rounding mode)
-
-uint32_t bits_of(float x) { return std::bit_cast<uint32_t>(x); }
-float float_of(uint32_t b) { return std::bit_cast<float>(b); }
-
-float lerp_f32(float self, float end, float w) {
-  // Lerp.h: (|w| < 0.5) ? self + w * (end - self) : end - (end - self) * (1 - w);
-  // nvcc contracts both: fma(w, diff, self) and fma(-diff, 1 - w, end).
-  const float diff = end - self;
-  if (std::fabs(w) < 0.5f) return std::fma(w, diff, self);
-  return std::fma(-diff, 1.0f - w, end);
-}
-
-uint16_t bf16_rne(float x) {
-  uint32_t b = bits_of(x);
-  if (std::isnan(x)) return static_cast<uint16_t>(((b >> 16) & 0x8000u) | 0x7FC0u);
-  // Round-to-nearest-even on the low 16 bits; overflow carries into the exponent (-> Inf).
-  const uint32_t lsb = (b >> 16) & 1u;
-  b += 0x7FFFu + lsb;
-  return static_cast<uint16_t>(b >> 16);
-}
-float bf16_to_f32(uint16_t code) { return float_of(static_cast<uint32_t>(code) << 16); }
-
-Bf16Remainder te_split_remainder(float master) {
-  const uint32_t b = bits_of(master);
-  uint16_t hi = static_cast<uint16_t>(b >> 16);
-  const uint16_t lo = static_cast<uint16_t>(b & 0xFFFFu);
-  const int16_t rem = static_cast<int16_t>(lo);
-  if (rem < 0) hi = static_cast<uint16_t>(hi + 1u);  // int16 ++ (two's complement wrap)
-  return {hi, rem};
-}
-float te_merge_remainder(Bf16Remainder pr) {
-  uint16_t hi = pr.param;
-  if (pr.remainder < 0) hi = static_cast<uint16_t>(hi - 1u);
-  const uint32_t b = (static_cast<uint32_t>(hi) << 16) | static_cast<uint16_t>(pr.remainder);
-  return float_of(b);
-}
-
-uint16_t bf16_sr_torchao(float x, uint16_t r) {
-  const uint32_t b = bits_of(x);
-  if (!std::isfinite(x)) {
-    if (std::isnan(x)) return static_cast<uint16_t>((b >> 16) | 0x0040u);
-    return static_cast<uint16_t>(b >> 16);
-  }
-  const uint32_t frac = b & 0xFFFFu;
-  const uint32_t toward_zero = b & 0xFFFF0000u;
-  const uint32_t out = (static_cast<uint32_t>(r) < frac) ? toward_zero + 0x10000u : toward_zero;
-  return static_cast<uint16_t>(out >> 16);
-}
-uint16_t bf16_sr_ptx(float x, uint16_t r) {
-  const uint32_t b = bits_of(x);
-  if (!std::isfinite(x)) {
-    if (std::isnan(x)) return static_cast<uint16_t>((b >> 16) | 0x0040u);
-    return static_cast<uint16_t>(b >> 16);
-  }
-  return static_cast<uint16_t>((b + r) >> 16);
-}
-
-// beta^t for integer t >= 0 in double-double (exact products via fma), rounded once: correctly
-// rounded except in astronomically rare near-tie cases, and independent of the libm (glibc's pow
-// and powf are accurate but not guaranteed correctly rounded; the goldens must not depend on them).
-namespace {
-struct DD {
-  double hi, lo;
-};
-DD dd_mul(DD a, DD b) {
-  const double p = a.hi * b.hi;
-  double e = std::fma(a.hi, b.hi, -p);
-  e += a.hi * b.lo + a.lo * b.hi;
-  const double s = p + e;
-  return {s, e - (s - p)};
-}
-DD dd_pow(double b, int64_t t) {
-  DD r{1.0, 0.0}, x{b, 0.0};
-  while (t > 0) {
-    if (t & 1) r = dd_mul(r, x);
-    x = dd_mul(x, x);
-    t >>= 1;
-  }
-  return r;
-}
-}  // namespace
-double pow_int_cr(double b, int64_t t) {
-  const DD r = dd_pow(b, t);
-  return r.hi + r.lo;  // normalised: hi is the nearest double
-}
-float powf_int_cr(float b, int64_t t) {
-  const DD r = dd_pow(static_cast<double>(b), t);
-  float f = static_cast<float>(r.hi);
-  // Correct a double rounding (exact -> double -> float) with the low part.
-  const double resid = (r.hi - static_cast<double>(f)) + r.lo;
-  const float up = std::nextafter(f, INFINITY), dn = std::nextafter(f, -INFINITY);
-  if (resid > 0 && resid > (static_cast<double>(up) - f) / 2) f = up;
-  if (resid < 0 && -resid > (f - static_cast<double>(dn)) / 2) f = dn;
-  return f;
-}
+using detail::bias_correction;
+using detail::nan_max;
 
 const char* name(AdamImpl i) {
   switch (i) {
@@ -211,12 +114,7 @@ void torch_unfused(bool foreach, const AdamHyper& h, const std::vector<float>& g
     const float m = R(lerp_f32(s.m[i], gi, w1));
     const float v = R(std::fma(omb2, gi * gi, R(s.v[i] * b2)));  // mul_(b2).addcmul_(g, g, 1-b2)
     float vv = v;
-    if (h.amsgrad) {
-      const float mx = (std::isnan(s.vmax[i]) || std::isnan(v)) ? std::numeric_limits<float>::quiet_NaN()
-                                                                 : std::max(s.vmax[i], v);
-      s.vmax[i] = mx;
-      vv = mx;
-    }
+    if (h.amsgrad) vv = s.vmax[i] = nan_max(s.vmax[i], v);
     float d = R(std::sqrt(vv));
     d = R(foreach ? d / bc2_sqrt_f : d * inv_bc2_sqrt);
     d = R(d + eps);
@@ -264,12 +162,7 @@ void torch_fused(const AdamHyper& h, const std::vector<float>& g, AdamState32& s
     const float gg = gi * gi;
     const float v = std::fma(b2, s.v[i], std::fma(-b2, gg, gg));
     float vv = v;
-    if (h.amsgrad) {
-      const float mx = (std::isnan(s.vmax[i]) || std::isnan(v)) ? std::numeric_limits<float>::quiet_NaN()
-                                                                 : std::max(s.vmax[i], v);
-      s.vmax[i] = mx;
-      vv = mx;
-    }
+    if (h.amsgrad) vv = s.vmax[i] = nan_max(s.vmax[i], v);
     const float denom = std::sqrt(vv) / sc.bc2_sqrt + eps;
     p = p - (step_size * m) / denom;
     store(s, i, p, m, v, h.bf16_storage);
@@ -334,8 +227,8 @@ void adam_step_f64(const AdamHyper& h, const std::vector<double>& g, AdamState64
   if (h.amsgrad) ASSAY_INPUT_CHECK(s.vmax.size() == n, "adam_f64: vmax size");
   if (h.found_inf) return;
   const int64_t t = s.step + 1;
-  const double bc1 = h.bias_correction ? 1.0 - std::pow(h.beta1, static_cast<double>(t)) : 1.0;
-  const double bc2 = h.bias_correction ? 1.0 - std::pow(h.beta2, static_cast<double>(t)) : 1.0;
+  const double bc1 = bias_correction(h.bias_correction, h.beta1, t);
+  const double bc2 = bias_correction(h.bias_correction, h.beta2, t);
   for (size_t i = 0; i < n; ++i) {
     double gi = g[i];
     if (h.grad_scale) gi /= static_cast<double>(*h.grad_scale);
@@ -354,6 +247,49 @@ void adam_step_f64(const AdamHyper& h, const std::vector<double>& g, AdamState64
     if (h.decoupled) p -= h.lr * h.weight_decay * p;
     p -= h.lr * r;
     s.p[i] = p;
+    s.m[i] = m;
+    s.v[i] = v;
+  }
+  s.step = t;
+}
+
+void adam_step_f64_alt(const AdamHyper& h, const std::vector<double>& g, AdamState64& s) {
+  const size_t n = g.size();
+  ASSAY_INPUT_CHECK(s.p.size() == n && s.m.size() == n && s.v.size() == n, "adam_alt: sizes");
+  if (h.amsgrad) ASSAY_INPUT_CHECK(s.vmax.size() == n, "adam_alt: vmax size");
+  if (h.found_inf) return;
+  const int64_t t = s.step + 1;
+  double bc1 = 1, bc2 = 1;
+  if (h.bias_correction) {
+    // beta^t by repeated squaring (exp-by-squaring), not pow.
+    auto ipow = [](double b, int64_t e) {
+      double r = 1;
+      while (e) {
+        if (e & 1) r *= b;
+        b *= b;
+        e >>= 1;
+      }
+      return r;
+    };
+    bc1 = 1 - ipow(h.beta1, t);
+    bc2 = 1 - ipow(h.beta2, t);
+  }
+  const double inv_scale = h.grad_scale ? 1.0 / static_cast<double>(*h.grad_scale) : 1.0;
+  for (size_t i = 0; i < n; ++i) {
+    double gi = g[i] * inv_scale;
+    if (h.maximize) gi = -gi;
+    const double p = s.p[i];
+    if (!h.decoupled) gi = gi + h.weight_decay * p;
+    const double m = s.m[i] + (1 - h.beta1) * (gi - s.m[i]);
+    const double v = s.v[i] + (1 - h.beta2) * (gi * gi - s.v[i]);
+    double vv = v;
+    if (h.amsgrad) {
+      s.vmax[i] = s.vmax[i] > v ? s.vmax[i] : v;
+      vv = s.vmax[i];
+    }
+    double u = (m / bc1) / (std::sqrt(vv / bc2) + h.eps);
+    if (h.decoupled) u += h.weight_decay * p;
+    s.p[i] = p - h.lr * u;
     s.m[i] = m;
     s.v[i] = v;
   }
@@ -379,8 +315,8 @@ AdamBound adam_step_bound(AdamImpl impl, const AdamHyper& h, const std::vector<d
   const double u = std::ldexp(1.0, h.bf16_storage ? -8 : -24);
   const size_t n = g.size();
   const int64_t t = before.step + 1;
-  const double bc1 = h.bias_correction ? 1.0 - std::pow(h.beta1, static_cast<double>(t)) : 1.0;
-  const double bc2 = h.bias_correction ? 1.0 - std::pow(h.beta2, static_cast<double>(t)) : 1.0;
+  const double bc1 = bias_correction(h.bias_correction, h.beta1, t);
+  const double bc2 = bias_correction(h.bias_correction, h.beta2, t);
   double bc1_impl = bc1, bc2_impl = bc2;
   switch (impl) {
     case AdamImpl::torch_single:
@@ -534,5 +470,6 @@ int64_t first_divergent_step(const AdamTrajectory32& ref, const AdamTrajectory32
   if (ref.p.size() != cand.p.size()) return static_cast<int64_t>(T);
   return -1;
 }
+
 
 }  // namespace assay::optim

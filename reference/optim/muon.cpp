@@ -1,12 +1,18 @@
-// Muon: momentum, Newton-Schulz orthogonalisation (fp64 and bf16-GEMM emulation), scale rules.
-// See optim.h and spec B4.
+// Muon (spec B4): momentum, Newton-Schulz orthogonalisation (fp64 loops, its second fp64 form with
+// Eigen products on the smaller Gram side, and the bf16-GEMM / fp32 emulations), scale rules.
+// See optim.h.
 #include <algorithm>
 #include <cmath>
 
+#include <Eigen/Dense>
+
 #include "reference/core/check.h"
 #include "reference/optim/optim.h"
+#include "reference/optim/optim_internal.h"
 
 namespace assay::optim {
+
+using detail::sumsq;
 
 const char* name(NsCoeffs c) {
   switch (c) {
@@ -88,9 +94,7 @@ std::vector<double> newton_schulz_f64(const std::vector<double>& G, int64_t M, i
   const bool tr = transpose_tall && M > N;
   std::vector<double> X = tr ? transpose(G, M, N) : G;
   const int64_t R = tr ? N : M, C = tr ? M : N;
-  double s = 0;
-  for (double e : X) s += e * e;
-  const double d = std::sqrt(s) + eps;
+  const double d = std::sqrt(sumsq(X)) + eps;
   for (double& e : X) e /= d;
   for (int i = 0; i < steps; ++i) {
     double a, b, c;
@@ -125,9 +129,7 @@ std::vector<float> newton_schulz_rounded(const std::vector<float>& G, int64_t M,
   const bool tr = transpose_tall && M > N;
   std::vector<float> X = tr ? transpose(X0, M, N) : X0;
   const int64_t R = tr ? N : M, C = tr ? M : N;
-  double s = 0;
-  for (float e : X) s += static_cast<double>(e) * e;
-  const float nrm = rb(f32(std::sqrt(s)));   // X.norm(): bf16 output
+  const float nrm = rb(f32(std::sqrt(sumsq(X))));   // X.norm(): bf16 output
   const float d = rb(nrm + f32(eps));        // + 1e-7 in opmath float, bf16 result
   for (float& e : X) e = rb(e / d);
   for (int i = 0; i < steps; ++i) {
@@ -156,12 +158,11 @@ std::vector<float> newton_schulz_f32(const std::vector<float>& G, int64_t M, int
   return newton_schulz_rounded(G, M, N, steps, set, eps, transpose_tall, false);
 }
 
-std::vector<double> muon_step_f64(const MuonHyper& h, int64_t M, int64_t N,
-                                  const std::vector<double>& g, std::vector<double>& p,
-                                  std::vector<double>& buf) {
-  const size_t n = static_cast<size_t>(M * N);
-  ASSAY_INPUT_CHECK(g.size() == n && p.size() == n, "muon: sizes");
+std::vector<double> muon_momentum_f64(const MuonHyper& h, const std::vector<double>& g,
+                                      std::vector<double>& buf) {
+  const size_t n = g.size();
   if (buf.empty()) buf.assign(n, 0.0);
+  ASSAY_INPUT_CHECK(buf.size() == n, "muon: buf size");
   std::vector<double> upd(n);
   const double mu = h.momentum;
   for (size_t i = 0; i < n; ++i) {
@@ -173,6 +174,15 @@ std::vector<double> muon_step_f64(const MuonHyper& h, int64_t M, int64_t N,
       upd[i] = h.nesterov ? g[i] + mu * buf[i] : buf[i];
     }
   }
+  return upd;
+}
+
+std::vector<double> muon_step_f64(const MuonHyper& h, int64_t M, int64_t N,
+                                  const std::vector<double>& g, std::vector<double>& p,
+                                  std::vector<double>& buf) {
+  const size_t n = static_cast<size_t>(M * N);
+  ASSAY_INPUT_CHECK(g.size() == n && p.size() == n, "muon: sizes");
+  const std::vector<double> upd = muon_momentum_f64(h, g, buf);
   std::vector<double> O = newton_schulz_f64(upd, M, N, h.ns_steps, h.coeffs, h.norm_eps);
   const double sc = muon_scale_factor(h.scale, M, N, h.extra_scale);
   for (size_t i = 0; i < n; ++i) {
@@ -208,6 +218,30 @@ std::vector<float> muon_step_bf16(const MuonHyper& h, int64_t M, int64_t N,
     p[i] = std::fma(nlr, O[i], p[i] * dm);
   }
   return O;
+}
+
+std::vector<double> newton_schulz_f64_eigen(const std::vector<double>& G, int64_t M, int64_t N,
+                                            int steps, NsCoeffs set, double eps) {
+  ASSAY_INPUT_CHECK(static_cast<int64_t>(G.size()) == M * N, "newton_schulz_eigen: G size");
+  using Mat = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  Mat X = Eigen::Map<const Mat>(G.data(), M, N);
+  X /= (X.norm() + eps);
+  for (int i = 0; i < steps; ++i) {
+    double a, b, c;
+    ns_coeffs(set, i, a, b, c);
+    if (M <= N) {  // the smaller Gram matrix is X X^T: X <- (a I + b A + c A^2) X
+      const Mat A = X * X.transpose();
+      const Mat P = b * A + c * (A * A);
+      X = a * X + P * X;
+    } else {  // tall: X <- X (a I + b S + c S^2), S = X^T X (same polynomial, no transpose)
+      const Mat S = X.transpose() * X;
+      const Mat P = b * S + c * (S * S);
+      X = a * X + X * P;
+    }
+  }
+  std::vector<double> out(static_cast<size_t>(M * N));
+  Eigen::Map<Mat>(out.data(), M, N) = X;
+  return out;
 }
 
 }  // namespace assay::optim

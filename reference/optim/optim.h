@@ -4,6 +4,9 @@
 //
 // Semantics: written out per function below (rule tags B1-B6, C). Where our notes and the upstream
 // source disagree the source wins; each function says which it follows.
+// Sources: one per optimizer, reference/optim/<optimizer>.cpp (adam, sgd, lion, lamb, adafactor,
+// muon, clip, scaler, bf16_copy), holding all its forms; shared helpers in optim_common.cpp and
+// optim_internal.h. Golden assembly (both forms, agreement, OracleResult): optim_golden.h.
 //
 // Two kinds of form per optimizer:
 //   * "f32" forms: an fp32-exact emulation of one named implementation variant. Every fp32
@@ -48,7 +51,7 @@
 namespace assay::optim {
 
 // ---------------------------------------------------------------------------------------------
-// Small exact helpers (fp32 / bf16 bit manipulation)
+// Small exact helpers (fp32 / bf16 bit manipulation): optim_common.cpp, bf16_copy.cpp
 // ---------------------------------------------------------------------------------------------
 float f32(double x);                       // RNE double -> float (the Python-scalar-to-kernel cast)
 uint32_t bits_of(float x);
@@ -90,7 +93,7 @@ uint16_t bf16_sr_torchao(float x, uint16_t r);
 uint16_t bf16_sr_ptx(float x, uint16_t r);
 
 // ---------------------------------------------------------------------------------------------
-// Adam / AdamW (spec B1, B2)
+// Adam / AdamW (spec B1, B2): adam.cpp
 // ---------------------------------------------------------------------------------------------
 enum class AdamImpl {
   torch_single,   // torch 2.11 _single_tensor_adam (B1.1), CUDA
@@ -147,7 +150,7 @@ void adam_step_f32(AdamImpl impl, const AdamHyper& h, const std::vector<float>& 
 //   amsgrad keeps the max of the raw v and bias-corrects it (as the implementations do).
 void adam_step_f64(const AdamHyper& h, const std::vector<double>& g, AdamState64& s);
 // Per-element a-priori bound on |p_f32 - p_f64| after one step from the same (fp32-representable)
-// state, derived in optim.cpp (first-order error analysis with unit roundoff u = 2^-24, including
+// state, derived in adam.cpp (first-order error analysis with unit roundoff u = 2^-24, including
 // the float cast of the hyper-parameters and its amplification in beta^t). Also bounds m and v.
 struct AdamBound {
   std::vector<double> p, m, v;
@@ -178,7 +181,7 @@ void adam_step_bf16_master(AdamImpl impl, Bf16Copy copy, const AdamHyper& h,
                            const std::vector<uint16_t>* rng = nullptr);
 
 // ---------------------------------------------------------------------------------------------
-// SGD (spec B5; torch 2.11 _single_tensor_sgd, same op order as foreach)
+// SGD (spec B5; torch 2.11 _single_tensor_sgd, same op order as foreach): sgd.cpp
 // ---------------------------------------------------------------------------------------------
 struct SgdHyper {
   double lr = 1e-3, momentum = 0, dampening = 0, weight_decay = 0;
@@ -198,7 +201,7 @@ void sgd_step_f32(const SgdHyper& h, const std::vector<float>& g, SgdState32& s)
 void sgd_step_f64(const SgdHyper& h, const std::vector<double>& g, SgdState64& s);
 
 // ---------------------------------------------------------------------------------------------
-// Lion (spec B5; lucidrains lion-pytorch update_fn)
+// Lion (spec B5; lucidrains lion-pytorch update_fn): lion.cpp
 // ---------------------------------------------------------------------------------------------
 struct LionHyper {
   double lr = 1e-4, beta1 = 0.9, beta2 = 0.99, weight_decay = 0;
@@ -212,7 +215,7 @@ void lion_step_f64(const LionHyper& h, const std::vector<double>& g, std::vector
                    std::vector<double>& m);
 
 // ---------------------------------------------------------------------------------------------
-// LAMB (spec B3; apex FusedLAMB, csrc/multi_tensor_lamb.cu)
+// LAMB (spec B3; apex FusedLAMB, csrc/multi_tensor_lamb.cu): lamb.cpp
 // ---------------------------------------------------------------------------------------------
 struct LambHyper {
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-6, weight_decay = 0.01;
@@ -244,7 +247,8 @@ LambInfo lamb_step_f64(const LambHyper& h, const std::vector<std::vector<double>
                        LambState64& s);
 
 // ---------------------------------------------------------------------------------------------
-// Adafactor (spec B5; torch/optim/_adafactor.py, PyTorch >= 2.5, _single_tensor_adafactor)
+// Adafactor (spec B5; torch/optim/_adafactor.py, PyTorch >= 2.5, _single_tensor_adafactor):
+// adafactor.cpp
 // ---------------------------------------------------------------------------------------------
 struct AdafactorHyper {
   double lr = 1e-2, beta2_decay = -0.8, d = 1.0, weight_decay = 0;
@@ -271,7 +275,7 @@ void adafactor_step_f64(const AdafactorHyper& h, int64_t M, int64_t N, bool fact
                         const std::vector<double>& g, AdafactorState64& s);
 
 // ---------------------------------------------------------------------------------------------
-// Muon (spec B4)
+// Muon (spec B4): muon.cpp
 // ---------------------------------------------------------------------------------------------
 enum class NsCoeffs { simple, quintic, deepseekv4 };
 const char* name(NsCoeffs c);
@@ -315,6 +319,10 @@ std::vector<float> newton_schulz_bf16(const std::vector<float>& G, int64_t M, in
 std::vector<float> newton_schulz_f32(const std::vector<float>& G, int64_t M, int64_t N, int steps,
                                      NsCoeffs set, double eps, bool transpose = true);
 double muon_scale_factor(MuonScale s, int64_t rows, int64_t cols, double extra);
+// The momentum update of muon_step_f64 alone: buf [M*N] (zeros if empty) is updated in place and
+// the Newton-Schulz input (nesterov or plain) returned, in double.
+std::vector<double> muon_momentum_f64(const MuonHyper& h, const std::vector<double>& g,
+                                      std::vector<double>& buf);
 // One Muon step on a 2-D param [M, N]: momentum, NS, scale, p *= (1 - lr wd), p -= lr * update
 // (Moonlight: p -= lr*0.2*sqrt(max) * update with its decay on the unadjusted lr; expressed
 // here as scale = spectral, extra_scale = 0.2).
@@ -330,7 +338,7 @@ std::vector<float> muon_step_bf16(const MuonHyper& h, int64_t M, int64_t N,
                                   std::vector<float>& buf, bool bf16_ns = true);
 
 // ---------------------------------------------------------------------------------------------
-// Global grad-norm clipping (spec B6)
+// Global grad-norm clipping (spec B6): clip.cpp
 // ---------------------------------------------------------------------------------------------
 enum class GradDType { f32, bf16 };
 struct ClipResult {
@@ -354,7 +362,7 @@ ClipResult clip_grad_norm_megatron(std::vector<std::vector<float>>& grads, doubl
 ClipResult clip_grad_norm_f64(std::vector<std::vector<double>>& grads, double max_norm);
 
 // ---------------------------------------------------------------------------------------------
-// Dynamic loss scaling (spec B6)
+// Dynamic loss scaling (spec B6): scaler.cpp
 // ---------------------------------------------------------------------------------------------
 struct GradScalerState {
   float scale = 65536.0f;
@@ -386,7 +394,7 @@ struct MegatronScalerState {
 void megatron_scaler_update(const MegatronScalerHyper& h, MegatronScalerState& st, bool found_inf);
 
 // ---------------------------------------------------------------------------------------------
-// Second fp64 forms (alt.cpp), built differently from the *_f64 textbook forms for the fp64
+// Second fp64 forms (each in its optimizer's source), built differently from the *_f64 textbook forms for the fp64
 // cross-check of DESIGN principle 1: same math, different operation order / algorithm.
 //   Adam: apex-shaped (u = mhat/(sqrt(v/bc2) + eps) [+ wd p]; p -= lr u), moments in lerp form
 //         m + (1-b1)(g - m), v + (1-b2)(g^2 - v).
@@ -409,7 +417,7 @@ std::vector<double> newton_schulz_f64_eigen(const std::vector<double>& G, int64_
                                             int steps, NsCoeffs set, double eps);
 
 // ---------------------------------------------------------------------------------------------
-// Multi-step trajectories (bisection intermediates)
+// Multi-step trajectories (bisection intermediates): adam.cpp
 // ---------------------------------------------------------------------------------------------
 // Runs `grads.size()` Adam steps and records p, m, v after every step: rows [T][N].
 struct AdamTrajectory32 {

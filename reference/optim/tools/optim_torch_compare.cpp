@@ -5,7 +5,8 @@
 // Not part of the CMake build (the op's CMakeLists holds exactly one assay_add_oracle call).
 // Build by hand from the repo root, e.g.:
 //   g++ -std=c++20 -O2 -ffp-contract=off -fno-fast-math -I. -DFMT_HEADER_ONLY
-//       reference/optim/adam.cpp reference/optim/others.cpp
+//       reference/optim/optim_common.cpp reference/optim/bf16_copy.cpp reference/optim/adam.cpp
+//       reference/optim/sgd.cpp
 //       reference/optim/tools/optim_torch_compare.cpp -o optim_torch_compare
 // (add -I<torch>/include if fmt is not installed: torch ships fmt's headers).
 #include <cmath>

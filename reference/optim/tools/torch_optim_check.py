@@ -47,18 +47,15 @@ def main():
     dev = torch.device("cuda")
     lines = []
 
+    def path_kw(path):  # the implementation path torch.optim takes: single-tensor, foreach or fused
+        return {"single": {"foreach": False}, "foreach": {"foreach": True}}.get(path, {"fused": True})
+
     def adam(tag, cls, path, step0, amsgrad=False, maximize=False, wd=1e-2, lr=1e-3,
              betas=(0.9, 0.999), eps=1e-8, bf16=False):
         dt = torch.bfloat16 if bf16 else torch.float32
         prm = torch.nn.Parameter(p.clone().to(dev, dt))
         kw = dict(lr=lr, betas=betas, eps=eps, weight_decay=wd, amsgrad=amsgrad, maximize=maximize)
-        if path == "single":
-            kw["foreach"] = False
-        elif path == "foreach":
-            kw["foreach"] = True
-        else:
-            kw["fused"] = True
-        opt = cls([prm], **kw)
+        opt = cls([prm], **kw, **path_kw(path))
         st = {
             "step": torch.tensor(float(step0), dtype=torch.float32,
                                  device=dev if path == "fused" else "cpu"),
@@ -96,13 +93,7 @@ def main():
         prm = torch.nn.Parameter(p.clone().to(dev))
         kw = dict(lr=lr, momentum=momentum, dampening=dampening, nesterov=nesterov,
                   weight_decay=wd)
-        if path == "single":
-            kw["foreach"] = False
-        elif path == "foreach":
-            kw["foreach"] = True
-        else:
-            kw["fused"] = True
-        opt = torch.optim.SGD([prm], **kw)
+        opt = torch.optim.SGD([prm], **kw, **path_kw(path))
         if preset_buf:
             opt.state[prm] = {"momentum_buffer": buf.clone().to(dev)}
         prm.grad = g.clone().to(dev)

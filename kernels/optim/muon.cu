@@ -39,8 +39,6 @@ using dev::rbf;
 
 namespace {
 
-constexpr int kThreads = 256;
-
 __global__ void muon_momentum_kernel(int64_t M, int64_t K, int tall, int keller, int nesterov, float mu, float omu,
                                      const float* g, const float* buf_in, float* buf_out, uint16_t* X) {
   const int64_t n = M * K;
