@@ -13,7 +13,7 @@ Usage (a machine with torch + CUDA + h5py):
     # the 2^20-element acceptance case is L1: `assay gen --op optim --level L1` first, then
     # point this script at <build>/golden-L1/optim/adamw_single_large.h5.
 Cases it cannot run (apex / te, lion, lamb, ...) are listed as skipped.
-The defaults below mirror fixtures/optim.cpp (keep them in sync).
+The defaults below mirror the bindings in fixtures/optim/<optimizer>.cpp (keep them in sync).
 """
 import argparse
 import glob
