@@ -20,6 +20,8 @@
 
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -55,6 +57,14 @@ Args args_of_x(const DevTensor& x) {
   a.M = x.shape[0];
   a.N = x.shape[1];
   return a;
+}
+
+// The direction suffixes a block quantizer's case asks for: "_row" (rowwise), "_col" (columnwise).
+std::vector<std::string> directions(const CaseFields& p) {
+  std::vector<std::string> d;
+  if (p.get_int("rowwise") != 0) d.push_back("_row");
+  if (p.get_int("columnwise") != 0) d.push_back("_col");
+  return d;
 }
 
 // The per-direction outputs of a block quantizer (NVFP4, MX) in the directions the case asks for
@@ -95,24 +105,19 @@ KernelDef make_nvfp4(bool recipes) {
     const Shape& xs = g.input("x")->shape;
     if (!recipes && (xs[0] + 63) / 64 > 65535) return no("M too large for the tile grid (M <= 4194240)");
     if (recipes && rht && xs[0] % 16 != 0) return no("RHT needs M % 16 == 0");
-    const bool row = p.get_int("rowwise") != 0, col = p.get_int("columnwise") != 0;
-    std::set<std::string> known;
-    for (const auto& [on, dir] : {std::pair{row, std::string("_row")}, std::pair{col, std::string("_col")}}) {
-      if (!on) continue;
+    std::vector<std::pair<std::string, DType>> outs;
+    for (const std::string& dir : directions(p)) {
       for (const auto& [n, dt] : {std::pair{"q", DType::e2m1}, std::pair{"packed", DType::u8},
                                   std::pair{"scale", DType::e4m3}, std::pair{"amax", DType::f32},
-                                  std::pair{"xhat", DType::f32}}) {
-        const std::string nm = std::string(n) + dir;
-        if (auto s = need_outputs(g, {nm}, dt); !s.ok) return s;
-        known.insert(nm);
-      }
+                                  std::pair{"xhat", DType::f32}})
+        outs.push_back({n + dir, dt});
       if (sr) {
         const TensorSpec* rb = g.input("rbits" + dir);
         if (!rb || rb->dtype != DType::u8 || rb->numel() != xs[0] * xs[1])
           return no("SR needs the u8 input rbits" + dir + " with one byte per element");
       }
     }
-    return outputs_within(g, known, self);
+    return exact_outputs(g, outs, self);
   };
   d.launch = [recipes](LaunchContext& c) -> std::string {
     const DevTensor* x = c.input("x");
@@ -158,18 +163,12 @@ KernelDef make_mx_v1() {
     if (auto s = x_bf16(g); !s.ok) return s;
     if ((g.input("x")->shape[0] + 63) / 64 > 65535) return no("M too large for the tile grid (M <= 4194240)");
     const DType edt = e == 0 ? DType::e4m3 : e == 1 ? DType::e5m2 : DType::e2m1;
-    const bool row = p.get_int("rowwise") != 0, col = p.get_int("columnwise") != 0;
-    std::set<std::string> known;
-    for (const auto& [on, dir] : {std::pair{row, std::string("_row")}, std::pair{col, std::string("_col")}}) {
-      if (!on) continue;
-      std::vector<std::pair<std::string, DType>> need{{"q", edt}, {"scale", DType::ue8m0}, {"xhat", DType::f32}};
-      if (e == 2) need.push_back({"packed", DType::u8});
-      for (const auto& [n, dt] : need) {
-        if (auto s = need_outputs(g, {n + dir}, dt); !s.ok) return s;
-        known.insert(n + dir);
-      }
+    std::vector<std::pair<std::string, DType>> outs;
+    for (const std::string& dir : directions(p)) {
+      outs.insert(outs.end(), {{"q" + dir, edt}, {"scale" + dir, DType::ue8m0}, {"xhat" + dir, DType::f32}});
+      if (e == 2) outs.push_back({"packed" + dir, DType::u8});
     }
-    return outputs_within(g, known, "quant_mx_v1");
+    return exact_outputs(g, outs, "quant_mx_v1");
   };
   d.launch = [](LaunchContext& c) -> std::string {
     const DevTensor* x = c.input("x");
@@ -234,14 +233,10 @@ KernelDef make_fp8(int version) {
     if (nr > 65535) return no("too many group rows for the grid (<= 65535)");
     if (version == 2 && !quant_fp8_v2_supports(gi, xs[1]))
       return no("quant_fp8_v2 takes gran 1x128 / 128x128 with N % 4 == 0 (v1 covers the rest)");
-    std::set<std::string> known;
-    for (const auto& [n, dt] : {std::pair{"q", el == "e4m3" ? DType::e4m3 : DType::e5m2},
-                                std::pair{"scale_inv", DType::f32}, std::pair{"scale", DType::f32},
-                                std::pair{"amax", DType::f32}, std::pair{"xhat", DType::f32}}) {
-      if (auto s = need_outputs(g, {n}, dt); !s.ok) return s;
-      known.insert(n);
-    }
-    return outputs_within(g, known, version == 1 ? "quant_fp8_v1" : "quant_fp8_v2");
+    return exact_outputs(g,
+                         {{"q", el == "e4m3" ? DType::e4m3 : DType::e5m2}, {"scale_inv", DType::f32},
+                          {"scale", DType::f32}, {"amax", DType::f32}, {"xhat", DType::f32}},
+                         version == 1 ? "quant_fp8_v1" : "quant_fp8_v2");
   };
   d.launch = [version](LaunchContext& c) -> std::string {
     const DevTensor* x = c.input("x");
@@ -273,9 +268,7 @@ KernelDef make_fake_quant_v1() {
     const TensorSpec* dy = g.input("dy");
     if (!dy || dy->dtype != DType::f32 || dy->numel() != g.input("x")->numel()) return no("the case lacks dy [M, N] f32");
     if (g.input("x")->shape[0] > 65535 && gr == "channel") return no("too many rows for the grid (<= 65535)");
-    for (const char* n : {"y", "dx"})
-      if (auto s = need_outputs(g, {n}, DType::f32); !s.ok) return s;
-    return outputs_within(g, {"y", "dx"}, "quant_fake_quant_v1");
+    return exact_outputs(g, {{"y", DType::f32}, {"dx", DType::f32}}, "quant_fake_quant_v1");
   };
   d.launch = [](LaunchContext& c) -> std::string {
     const DevTensor *x = c.input("x"), *dy = c.input("dy");
