@@ -24,6 +24,14 @@ Support fwd_supported(const KernelCase& g) {
   return {};
 }
 
+// fwd_supported, then a variant's own limits on the case's dimensions.
+std::function<Support(const KernelCase&)> fwd_supported_and(Support (*limits)(const CaseDims&)) {
+  return [limits](const KernelCase& g) -> Support {
+    if (Support s = fwd_supported(g); !s.ok) return s;
+    return limits(case_dims(g));
+  };
+}
+
 std::string run(LaunchContext& c, const char* name, cudaError_t (*f)(const AttnParams&, cudaStream_t)) {
   AttnParams p;
   if (std::string err = build_params(c, p); !err.empty()) return fmt::format("{}: {}", name, err);
@@ -43,13 +51,10 @@ KernelDef make_v2() {
 KernelDef make_v2_split() {
   KernelDef d = common::kernel_def("attention", "attention_v2_split",
       "v2 over the oracle's split-KV scheme (case tile_n, num_splits): fp32 partials + LSE-weighted combine");
-  d.can_implement = [](const KernelCase& g) -> Support {
-    Support s = fwd_supported(g);
-    if (!s.ok) return s;
-    const CaseDims dm = case_dims(g);
+  d.can_implement = fwd_supported_and([](const CaseDims& dm) -> Support {
     if (dm.num_splits > 65535) return {false, "num_splits > 65535 (grid.z)"};
     return {};
-  };
+  });
   // The split partials, when the case's golden holds them (num_splits > 1; O_partial only with
   // store_o_partial): judged in rows of their own and walked by `assay bisect`.
   d.intermediates = {"LSE_partial", "O_partial"};
@@ -61,14 +66,11 @@ KernelDef make_v3_decode() {
   KernelDef d = common::kernel_def("attention", "attention_v3_decode",
       "decode (Sq <= 16): GQA group packed into the query tile (Sq*G <= 16: 4 warps split each KV tile by keys), "
       "split-KV (case num_splits if > 1, else from the SM count) + combine");
-  d.can_implement = [](const KernelCase& g) -> Support {
-    Support s = fwd_supported(g);
-    if (!s.ok) return s;
-    const CaseDims dm = case_dims(g);
+  d.can_implement = fwd_supported_and([](const CaseDims& dm) -> Support {
     if (dm.max_seqlen_q > 16) return {false, fmt::format("decode path: max seqlen_q = {} > 16", dm.max_seqlen_q)};
     if (static_cast<long long>(dm.B) * dm.Hkv > 65535) return {false, "B * Hkv > 65535 (grid.y)"};
     return {};
-  };
+  });
   d.launch = [](LaunchContext& c) -> std::string {
     AttnParams p;
     if (std::string err = build_params(c, p); !err.empty()) return "attention_v3_decode: " + err;

@@ -51,6 +51,18 @@ inline Support need_outputs(const KernelCase& g, const std::vector<std::string>&
   return {};
 }
 
+// The golden's outputs are exactly `outs`: each present with its dtype (checked in order, as
+// need_outputs), and no other (outputs_within).
+inline Support exact_outputs(const KernelCase& g, const std::vector<std::pair<std::string, DType>>& outs,
+                             const std::string& kernel) {
+  std::set<std::string> known;
+  for (const auto& [n, dt] : outs) {
+    if (auto s = need_outputs(g, {n}, dt); !s.ok) return s;
+    known.insert(n);
+  }
+  return outputs_within(g, known, kernel);
+}
+
 // "" on success, else "<who>: <CUDA error string>" (a launch's error answer).
 inline std::string cuda_error(const std::string& who, cudaError_t e) {
   return e == cudaSuccess ? std::string() : fmt::format("{}: {}", who, cudaGetErrorString(e));

@@ -1,4 +1,5 @@
-// Registration of the quant kernels (kernels/quant/quant_block.cu, quant_fp8.cu) with the registry.
+// Registration of the quant kernels (kernels/quant/quant_block.cu, quant_nvfp4_recipes.cu,
+// quant_fp8.cu, quant_gemm.cu) with the registry.
 //
 //   quant_nvfp4_v1    recipe "nvfp4" (TE arithmetic): 1x16 or 16x16 (block_2d), rowwise and/or
 //                     columnwise, amax overrides (amax_row / amax_col). Refuses torchao (ao), RHT, SR.
@@ -19,6 +20,8 @@
 
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -33,6 +36,12 @@ using namespace assay::kernels::quant;
 using namespace assay::kernels::common;
 
 
+// A refusal unless the case's recipe is `recipe` ("recipe '<its recipe>' is not <what>").
+Support recipe_is(const KernelCase& g, const std::string& recipe, const std::string& what) {
+  const std::string r = g.fields.get_string("recipe");
+  return r == recipe ? Support{} : no("recipe '" + r + "' is not " + what);
+}
+
 Support x_bf16(const KernelCase& g) {
   const TensorSpec* x = g.input("x");
   if (!x || x->shape.size() != 2) return no("the case lacks a 2-D input x");
@@ -40,6 +49,37 @@ Support x_bf16(const KernelCase& g) {
   return {};
 }
 
+// Launcher arguments (Nvfp4Args, MxArgs, Fp8Args) with the bf16 input x [M, N] filled in.
+template <class Args>
+Args args_of_x(const DevTensor& x) {
+  Args a;
+  a.x = static_cast<const uint16_t*>(x.data);
+  a.M = x.shape[0];
+  a.N = x.shape[1];
+  return a;
+}
+
+// The direction suffixes a block quantizer's case asks for: "_row" (rowwise), "_col" (columnwise).
+std::vector<std::string> directions(const CaseFields& p) {
+  std::vector<std::string> d;
+  if (p.get_int("rowwise") != 0) d.push_back("_row");
+  if (p.get_int("columnwise") != 0) d.push_back("_col");
+  return d;
+}
+
+// The per-direction outputs of a block quantizer (NVFP4, MX) in the directions the case asks for
+// (rowwise, columnwise): q, packed, scale, xhat and NVFP4's amax; nullptr where the golden has none.
+template <class Args>
+void direction_outputs(LaunchContext& c, Args& a) {
+  const bool row = c.params.get_int("rowwise") != 0, col = c.params.get_int("columnwise") != 0;
+  auto u8 = [&c](bool on, const char* n) { return on ? output_ptr<uint8_t>(c, n) : nullptr; };
+  auto f32 = [&c](bool on, const char* n) { return on ? output_ptr<float>(c, n) : nullptr; };
+  a.q_row = u8(row, "q_row"), a.packed_row = u8(row, "packed_row"), a.scale_row = u8(row, "scale_row");
+  a.xhat_row = f32(row, "xhat_row");
+  a.q_col = u8(col, "q_col"), a.packed_col = u8(col, "packed_col"), a.scale_col = u8(col, "scale_col");
+  a.xhat_col = f32(col, "xhat_col");
+  if constexpr (requires { a.amax_row; }) a.amax_row = f32(row, "amax_row"), a.amax_col = f32(col, "amax_col");
+}
 
 // ------------------------------------------------------------------------------- NVFP4
 // recipes = false: quant_nvfp4_v1 (the 64x64 tile kernel: TE round-to-nearest, 1x16 or 16x16).
@@ -54,10 +94,9 @@ KernelDef make_nvfp4(bool recipes) {
               : "NVFP4 (TE arithmetic) 1x16 / 16x16 quantize, rowwise + columnwise from one 64x64 smem "
                 "tile, deterministic integer-max amax, TE dequantize");
   d.can_implement = [recipes](const KernelCase& g) -> Support {
+    if (auto s = recipe_is(g, "nvfp4", "NVFP4"); !s.ok) return s;
     const auto p = g.fields;
-    const std::string recipe = p.get_string("recipe");
     const std::string self = recipes ? "quant_nvfp4_recipes_v1" : "quant_nvfp4_v1";
-    if (recipe != "nvfp4") return no("recipe '" + recipe + "' is not NVFP4");
     const bool ao = p.get_int("ao") != 0, rht = p.get_int("rht") != 0, sr = p.get_int("sr") != 0;
     if (!recipes && (ao || rht || sr))
       return no("torchao, RHT and stochastic rounding are quant_nvfp4_recipes_v1's (the tile kernel is TE RN)");
@@ -66,47 +105,26 @@ KernelDef make_nvfp4(bool recipes) {
     const Shape& xs = g.input("x")->shape;
     if (!recipes && (xs[0] + 63) / 64 > 65535) return no("M too large for the tile grid (M <= 4194240)");
     if (recipes && rht && xs[0] % 16 != 0) return no("RHT needs M % 16 == 0");
-    const bool row = p.get_int("rowwise") != 0, col = p.get_int("columnwise") != 0;
-    std::set<std::string> known;
-    for (const auto& [on, dir] : {std::pair{row, std::string("_row")}, std::pair{col, std::string("_col")}}) {
-      if (!on) continue;
+    std::vector<std::pair<std::string, DType>> outs;
+    for (const std::string& dir : directions(p)) {
       for (const auto& [n, dt] : {std::pair{"q", DType::e2m1}, std::pair{"packed", DType::u8},
                                   std::pair{"scale", DType::e4m3}, std::pair{"amax", DType::f32},
-                                  std::pair{"xhat", DType::f32}}) {
-        const std::string nm = std::string(n) + dir;
-        if (auto s = need_outputs(g, {nm}, dt); !s.ok) return s;
-        known.insert(nm);
-      }
+                                  std::pair{"xhat", DType::f32}})
+        outs.push_back({n + dir, dt});
       if (sr) {
         const TensorSpec* rb = g.input("rbits" + dir);
         if (!rb || rb->dtype != DType::u8 || rb->numel() != xs[0] * xs[1])
           return no("SR needs the u8 input rbits" + dir + " with one byte per element");
       }
     }
-    return outputs_within(g, known, self);
+    return exact_outputs(g, outs, self);
   };
   d.launch = [recipes](LaunchContext& c) -> std::string {
     const DevTensor* x = c.input("x");
     if (!x) return "quant_nvfp4: no input x";
-    Nvfp4Args a;
-    a.x = static_cast<const uint16_t*>(x->data);
-    a.M = x->shape[0];
-    a.N = x->shape[1];
+    Nvfp4Args a = args_of_x<Nvfp4Args>(*x);
     a.block_2d = c.params.get_int("block_2d") != 0;
-    if (c.params.get_int("rowwise") != 0) {
-      a.q_row = output_ptr<uint8_t>(c, "q_row");
-      a.packed_row = output_ptr<uint8_t>(c, "packed_row");
-      a.scale_row = output_ptr<uint8_t>(c, "scale_row");
-      a.amax_row = output_ptr<float>(c, "amax_row");
-      a.xhat_row = output_ptr<float>(c, "xhat_row");
-    }
-    if (c.params.get_int("columnwise") != 0) {
-      a.q_col = output_ptr<uint8_t>(c, "q_col");
-      a.packed_col = output_ptr<uint8_t>(c, "packed_col");
-      a.scale_col = output_ptr<uint8_t>(c, "scale_col");
-      a.amax_col = output_ptr<float>(c, "amax_col");
-      a.xhat_col = output_ptr<float>(c, "xhat_col");
-    }
+    direction_outputs(c, a);
     a.amax_row_given = c.params.has("amax_row");
     a.amax_row_value = a.amax_row_given ? static_cast<float>(c.params.get_double("amax_row")) : 0.0f;
     a.amax_col_given = c.params.has("amax_col");
@@ -136,9 +154,8 @@ KernelDef make_mx_v1() {
       "MXFP8 (E4M3/E5M2) / MXFP4 quantize with UE8M0 floor or RCEIL scales, rowwise 1x32 + columnwise 32x1 "
       "from one 64x64 smem tile; exact dequantize");
   d.can_implement = [](const KernelCase& g) -> Support {
+    if (auto s = recipe_is(g, "mx", "MX"); !s.ok) return s;
     const auto p = g.fields;
-    const std::string recipe = p.get_string("recipe");
-    if (recipe != "mx") return no("recipe '" + recipe + "' is not MX");
     const std::string el = p.get_string("elem"), rule = p.get_string("rule");
     const int e = mx_elem(el);
     if (e < 0) return no("MX element '" + el + "' is outside this kernel (it takes e4m3, e5m2, e2m1)");
@@ -146,40 +163,20 @@ KernelDef make_mx_v1() {
     if (auto s = x_bf16(g); !s.ok) return s;
     if ((g.input("x")->shape[0] + 63) / 64 > 65535) return no("M too large for the tile grid (M <= 4194240)");
     const DType edt = e == 0 ? DType::e4m3 : e == 1 ? DType::e5m2 : DType::e2m1;
-    const bool row = p.get_int("rowwise") != 0, col = p.get_int("columnwise") != 0;
-    std::set<std::string> known;
-    for (const auto& [on, dir] : {std::pair{row, std::string("_row")}, std::pair{col, std::string("_col")}}) {
-      if (!on) continue;
-      std::vector<std::pair<std::string, DType>> need{{"q", edt}, {"scale", DType::ue8m0}, {"xhat", DType::f32}};
-      if (e == 2) need.push_back({"packed", DType::u8});
-      for (const auto& [n, dt] : need) {
-        if (auto s = need_outputs(g, {n + dir}, dt); !s.ok) return s;
-        known.insert(n + dir);
-      }
+    std::vector<std::pair<std::string, DType>> outs;
+    for (const std::string& dir : directions(p)) {
+      outs.insert(outs.end(), {{"q" + dir, edt}, {"scale" + dir, DType::ue8m0}, {"xhat" + dir, DType::f32}});
+      if (e == 2) outs.push_back({"packed" + dir, DType::u8});
     }
-    return outputs_within(g, known, "quant_mx_v1");
+    return exact_outputs(g, outs, "quant_mx_v1");
   };
   d.launch = [](LaunchContext& c) -> std::string {
     const DevTensor* x = c.input("x");
     if (!x) return "quant_mx_v1: no input x";
-    MxArgs a;
-    a.x = static_cast<const uint16_t*>(x->data);
-    a.M = x->shape[0];
-    a.N = x->shape[1];
+    MxArgs a = args_of_x<MxArgs>(*x);
     a.elem = mx_elem(c.params.get_string("elem"));
     a.rceil = c.params.get_string("rule") == "rceil";
-    if (c.params.get_int("rowwise") != 0) {
-      a.q_row = output_ptr<uint8_t>(c, "q_row");
-      a.packed_row = output_ptr<uint8_t>(c, "packed_row");
-      a.scale_row = output_ptr<uint8_t>(c, "scale_row");
-      a.xhat_row = output_ptr<float>(c, "xhat_row");
-    }
-    if (c.params.get_int("columnwise") != 0) {
-      a.q_col = output_ptr<uint8_t>(c, "q_col");
-      a.packed_col = output_ptr<uint8_t>(c, "packed_col");
-      a.scale_col = output_ptr<uint8_t>(c, "scale_col");
-      a.xhat_col = output_ptr<float>(c, "xhat_col");
-    }
+    direction_outputs(c, a);
     return cuda_error("quant_mx_v1", quant_mx_v1(a, static_cast<cudaStream_t>(c.stream)));
   };
   return d;
@@ -192,10 +189,7 @@ int fp8_gran(const std::string& s) {
 
 // The FP8 quantization settings of a case (recipe "fp8" or "fake_quant"), as quant_fp8_v1 reads them.
 Fp8Args fp8_args(const CaseFields& p, const DevTensor* x) {
-  Fp8Args a;
-  a.x = static_cast<const uint16_t*>(x->data);
-  a.M = x->shape[0];
-  a.N = x->shape[1];
+  Fp8Args a = args_of_x<Fp8Args>(*x);
   a.elem = p.get_string("elem") == "e5m2" ? 1 : 0;
   a.satfinite = p.get_string("overflow") == "sat";
   a.gran = fp8_gran(p.get_string("gran"));
@@ -205,6 +199,16 @@ Fp8Args fp8_args(const CaseFields& p, const DevTensor* x) {
   a.amax_given = a.gran == 0 && p.has("amax");
   a.amax_value = a.amax_given ? static_cast<float>(p.get_double("amax")) : 0.0f;
   return a;
+}
+
+// The FP8 element, overflow rule and scale recipe are ones quant_fp8_v1 computes (recipes "fp8"
+// and "fake_quant"; each checks its granularities itself).
+Support fp8_settings(const CaseFields& p) {
+  const std::string el = p.get_string("elem"), ov = p.get_string("overflow"), sc = p.get_string("scale");
+  if (el != "e4m3" && el != "e5m2") return no("FP8 element '" + el + "' not supported");
+  if (ov != "sat" && ov != "nonsat") return no("FP8 overflow '" + ov + "' not supported");
+  if (sc != "te" && sc != "deepgemm") return no("FP8 scale recipe '" + sc + "' is outside this kernel");
+  return {};
 }
 
 // v1: every granularity (the readable baseline); v2: DeepSeek 1x128 / 128x128 with N % 4 == 0,
@@ -217,15 +221,11 @@ KernelDef make_fp8(int version) {
                    : "FP8 DeepSeek 1x128 (warp per group) and 128x128 (CTA per group, registers) casts, "
                      "x read once with 8-byte lanes, N % 4 == 0; the same bits as v1");
   d.can_implement = [version](const KernelCase& g) -> Support {
+    if (auto s = recipe_is(g, "fp8", "FP8 scaling (fake_quant and gemm are outside this kernel)"); !s.ok) return s;
     const auto p = g.fields;
-    const std::string recipe = p.get_string("recipe");
-    if (recipe != "fp8") return no("recipe '" + recipe + "' is not FP8 scaling (fake_quant and gemm are outside this kernel)");
-    const std::string el = p.get_string("elem"), ov = p.get_string("overflow");
-    const std::string gr = p.get_string("gran"), sc = p.get_string("scale");
-    if (el != "e4m3" && el != "e5m2") return no("FP8 element '" + el + "' not supported");
-    if (ov != "sat" && ov != "nonsat") return no("FP8 overflow '" + ov + "' not supported");
+    if (auto s = fp8_settings(p); !s.ok) return s;
+    const std::string el = p.get_string("elem"), gr = p.get_string("gran");
     if (fp8_gran(gr) < 0) return no("FP8 granularity '" + gr + "' is outside this kernel");
-    if (sc != "te" && sc != "deepgemm") return no("FP8 scale recipe '" + sc + "' is outside this kernel");
     if (auto s = x_bf16(g); !s.ok) return s;
     const Shape& xs = g.input("x")->shape;
     const int gi = fp8_gran(gr);
@@ -233,14 +233,10 @@ KernelDef make_fp8(int version) {
     if (nr > 65535) return no("too many group rows for the grid (<= 65535)");
     if (version == 2 && !quant_fp8_v2_supports(gi, xs[1]))
       return no("quant_fp8_v2 takes gran 1x128 / 128x128 with N % 4 == 0 (v1 covers the rest)");
-    std::set<std::string> known;
-    for (const auto& [n, dt] : {std::pair{"q", el == "e4m3" ? DType::e4m3 : DType::e5m2},
-                                std::pair{"scale_inv", DType::f32}, std::pair{"scale", DType::f32},
-                                std::pair{"amax", DType::f32}, std::pair{"xhat", DType::f32}}) {
-      if (auto s = need_outputs(g, {n}, dt); !s.ok) return s;
-      known.insert(n);
-    }
-    return outputs_within(g, known, version == 1 ? "quant_fp8_v1" : "quant_fp8_v2");
+    return exact_outputs(g,
+                         {{"q", el == "e4m3" ? DType::e4m3 : DType::e5m2}, {"scale_inv", DType::f32},
+                          {"scale", DType::f32}, {"amax", DType::f32}, {"xhat", DType::f32}},
+                         version == 1 ? "quant_fp8_v1" : "quant_fp8_v2");
   };
   d.launch = [version](LaunchContext& c) -> std::string {
     const DevTensor* x = c.input("x");
@@ -263,22 +259,16 @@ KernelDef make_fake_quant_v1() {
       "FP8 QAT fake-quant per tensor / per channel: quant_fp8_v1 into scratch, then y = fl(decode(q) * "
       "scale_inv) and the (clipped) straight-through gradient");
   d.can_implement = [](const KernelCase& g) -> Support {
+    if (auto s = recipe_is(g, "fake_quant", "fake_quant"); !s.ok) return s;
     const auto p = g.fields;
-    const std::string recipe = p.get_string("recipe");
-    if (recipe != "fake_quant") return no("recipe '" + recipe + "' is not fake_quant");
-    const std::string el = p.get_string("elem"), gr = p.get_string("gran");
-    const std::string ov = p.get_string("overflow"), sc = p.get_string("scale");
-    if (el != "e4m3" && el != "e5m2") return no("FP8 element '" + el + "' not supported");
+    if (auto s = fp8_settings(p); !s.ok) return s;
+    const std::string gr = p.get_string("gran");
     if (gr != "tensor" && gr != "channel") return no("fake-quant granularity is tensor or channel");
-    if (ov != "sat" && ov != "nonsat") return no("FP8 overflow '" + ov + "' not supported");
-    if (sc != "te" && sc != "deepgemm") return no("FP8 scale recipe '" + sc + "' is outside this kernel");
     if (auto s = x_bf16(g); !s.ok) return s;
     const TensorSpec* dy = g.input("dy");
     if (!dy || dy->dtype != DType::f32 || dy->numel() != g.input("x")->numel()) return no("the case lacks dy [M, N] f32");
     if (g.input("x")->shape[0] > 65535 && gr == "channel") return no("too many rows for the grid (<= 65535)");
-    for (const char* n : {"y", "dx"})
-      if (auto s = need_outputs(g, {n}, DType::f32); !s.ok) return s;
-    return outputs_within(g, {"y", "dx"}, "quant_fake_quant_v1");
+    return exact_outputs(g, {{"y", DType::f32}, {"dx", DType::f32}}, "quant_fake_quant_v1");
   };
   d.launch = [](LaunchContext& c) -> std::string {
     const DevTensor *x = c.input("x"), *dy = c.input("dy");
@@ -304,9 +294,8 @@ KernelDef make_gemm_v1() {
       "block-scaled GEMM (NVFP4, MXFP8/MXFP4, DeepSeek FP8 1x128 x 128x128), one thread per output, "
       "fp32 FMA accumulation, fp32 or bf16 output");
   d.can_implement = [](const KernelCase& g) -> Support {
+    if (auto s = recipe_is(g, "gemm", "the block-scaled gemm"); !s.ok) return s;
     const auto p = g.fields;
-    const std::string recipe = p.get_string("recipe");
-    if (recipe != "gemm") return no("recipe '" + recipe + "' is not the block-scaled gemm");
     const std::string ops = p.get_string("operands");
     const TensorSpec *a = g.input("a"), *b = g.input("b"), *sa = g.input("sa"), *sb = g.input("sb");
     if (!a || !b || !sa || !sb || a->shape.size() != 2 || b->shape.size() != 2 || sa->shape.size() != 2 ||
@@ -361,9 +350,7 @@ KernelDef make_swizzle_v1() {
   KernelDef d = common::kernel_def("quant", "quant_swizzle_v1",
       "128x4 scale-factor swizzle (cuBLAS / TE gemm_swizzled_scale_idx layout), zero padding");
   d.can_implement = [](const KernelCase& g) -> Support {
-    const auto p = g.fields;
-    const std::string recipe = p.get_string("recipe");
-    if (recipe != "swizzle") return no("recipe '" + recipe + "' is not the standalone swizzle");
+    if (auto s = recipe_is(g, "swizzle", "the standalone swizzle"); !s.ok) return s;
     const TensorSpec* sf = g.input("sf");
     if (!sf || sf->shape.size() != 2 || sf->dtype != DType::u8) return no("the case lacks a 2-D u8 input sf");
     if (auto s = need_outputs(g, {"sf_swizzled"}, DType::u8); !s.ok) return s;

@@ -50,6 +50,17 @@ __device__ __forceinline__ unsigned abs_bits(uint32_t b, bool nanprop) {
   return b << 16;
 }
 
+// Eight bf16 codes x[8i .. 8i + 8) from one 16-byte read, as four words (code 2j in the low half
+// of word j).
+struct Words4 {
+  uint32_t w[4];
+  __device__ __forceinline__ uint32_t operator[](int j) const { return w[j]; }
+};
+__device__ __forceinline__ Words4 ldg_words4(const uint16_t* x, int64_t i) {
+  const uint4 v = __ldg(reinterpret_cast<const uint4*>(x) + i);
+  return {{v.x, v.y, v.z, v.w}};
+}
+
 __device__ __forceinline__ Fp8Scale group_scale(const Fp8K& k, float a) {
   return k.deepgemm ? fp8_scale_deepgemm(a, k.pow2) : fp8_scale_te(a, k.maxv, k.pow2, k.eps);
 }
@@ -65,8 +76,7 @@ __global__ void fp8_tensor_amax_kernel(Fp8K k, unsigned* acc) {
   if (vec) {
     const int64_t nv = n / 8;
     for (int64_t i = tid; i < nv; i += stride) {
-      const uint4 w = __ldg(reinterpret_cast<const uint4*>(k.x) + i);
-      const uint32_t u[4] = {w.x, w.y, w.z, w.w};
+      const Words4 u = ldg_words4(k.x, i);
 #pragma unroll
       for (int j = 0; j < 4; ++j) m = max(m, max(abs_bits(u[j] & 0xFFFFu, k.nanprop), abs_bits(u[j] >> 16, k.nanprop)));
     }
@@ -96,8 +106,7 @@ __global__ void fp8_tensor_cast_kernel(Fp8K k) {
   if (vec) {
     const int64_t nv = n / 8;
     for (int64_t i = tid; i < nv; i += stride) {
-      const uint4 w = __ldg(reinterpret_cast<const uint4*>(k.x) + i);
-      const uint32_t u[4] = {w.x, w.y, w.z, w.w};
+      const Words4 u = ldg_words4(k.x, i);
       uint32_t o[2] = {0, 0};
 #pragma unroll
       for (int j = 0; j < 4; ++j) {

@@ -20,6 +20,7 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include <cuda_fp8.h>
 
@@ -47,24 +48,24 @@ QM_HD float qm_div(float a, float b) {
   return a / b;
 #endif
 }
-QM_HD uint32_t f2u(float f) {
+// The 4 bytes of a float as uint32 (To = uint32_t) or back (To = float): the intrinsics on the
+// device, a byte copy on the host.
+template <class To, class From>
+QM_HD To qm_bits(From x) {
+  static_assert(sizeof(To) == 4 && sizeof(From) == 4);
 #if defined(__CUDA_ARCH__)
-  return __float_as_uint(f);
+  if constexpr (std::is_same_v<To, float>)
+    return __uint_as_float(x);
+  else
+    return __float_as_uint(x);
 #else
-  uint32_t u;
-  __builtin_memcpy(&u, &f, 4);
-  return u;
+  To t;
+  __builtin_memcpy(&t, &x, 4);
+  return t;
 #endif
 }
-QM_HD float u2f(uint32_t u) {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(u);
-#else
-  float f;
-  __builtin_memcpy(&f, &u, 4);
-  return f;
-#endif
-}
+QM_HD uint32_t f2u(float f) { return qm_bits<uint32_t>(f); }
+QM_HD float u2f(uint32_t u) { return qm_bits<float>(u); }
 QM_HD bool qm_isnan(float f) { return (f2u(f) & 0x7FFFFFFFu) > 0x7F800000u; }
 QM_HD bool qm_isinf(float f) { return (f2u(f) & 0x7FFFFFFFu) == 0x7F800000u; }
 QM_HD float qm_abs(float f) { return u2f(f2u(f) & 0x7FFFFFFFu); }

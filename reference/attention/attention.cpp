@@ -126,6 +126,13 @@ void check_inputs(const Layout& L, const Params& p, const std::vector<double>& q
                     "attention: sink has {} values, want {}", sink.size(), p.has_sink ? L.Hq : 0);
 }
 
+Layout checked_layout(const Params& p, const std::vector<double>& q, const std::vector<double>& k,
+                      const std::vector<double>& v, const std::vector<double>& sink) {
+  Layout L = make_layout(p);
+  check_inputs(L, p, q, k, v, sink);
+  return L;
+}
+
 void check_backward_inputs(const Layout& L, const Params& p, const std::vector<double>& q,
                            const std::vector<double>& k, const std::vector<double>& v,
                            const std::vector<double>& sink, const std::vector<double>& o,

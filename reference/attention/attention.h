@@ -216,6 +216,37 @@ BackwardResult backward_tiled(const Params& p, const std::vector<double>& q,
                               const std::vector<double>& lse, const std::vector<double>& dout,
                               const std::vector<double>& dlse);
 
+// ---------------------------------------------------------------------------------------------
+// Golden assembly (attention_golden.cpp): runs both forms, measures their agreement and packages
+// the result for `assay gen`. Inputs as above; dout / dlse select the backward:
+//   dout != nullptr   loss <dout, O> (input dO)
+//   dlse != nullptr   loss <dlse, LSE> only (input dLSE): dout = 0, and dV must come out exactly 0
+//   both null         forward only; both set is an InputError.
+// Outputs: O (dtype o_dtype, bound o_mag), LSE (f32, bound lse_mag, non-finite allowed where a row
+// is fully masked), with a backward dQ / dK / dV (dq_dtype / dk_dtype / dv_dtype, bounds dq_mag ...)
+// and, with a sink, dSink (f32, bound dsink_mag); every value from form (a).
+// Agreement (form (a) vs form (b)): O and LSE "definitional" vs "online" and vs
+// "online_split_combine" (the combined split partials; with one split the unsplit pass);
+// dQ, dK, dV (, dSink) "definitional" vs "tiled" (backward_tiled from form (b)'s O and LSE).
+// Intermediates: LSE_partial (f32, num_splits > 1, bound lse_partial_mag); O_partial (f32, with
+// store_o_partial and num_splits > 1, bound o_partial_mag); O_score_mag (f64, with
+// store_o_score_mag).
+struct GoldenInputs {
+  const std::vector<double>& q;
+  const std::vector<double>& k;
+  const std::vector<double>& v;
+  const std::vector<double>& sink;          // empty when !has_sink
+  const std::vector<double>* dout = nullptr;
+  const std::vector<double>* dlse = nullptr;
+};
+struct GoldenOptions {
+  DType o_dtype = DType::bf16;  // kernel-facing dtypes of the outputs
+  DType dq_dtype = DType::bf16, dk_dtype = DType::bf16, dv_dtype = DType::bf16;
+  bool store_o_partial = false;    // O-sized intermediates cost golden size: only on request
+  bool store_o_score_mag = false;
+};
+OracleResult oracle(const Params& p, const GoldenInputs& in, const GoldenOptions& opt);
+
 // Shapes and axis names of every tensor for these params (for bindings and goldens).
 struct Shapes {
   Shape q, k, v, sink, o, lse, o_partial, lse_partial;

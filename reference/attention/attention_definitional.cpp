@@ -36,24 +36,7 @@ struct Row {
   bool empty = true;  // no probability mass on keys or sink (LSE = -inf)
 };
 
-struct Ctx {
-  const Params& p;
-  const detail::Layout& L;
-  const std::vector<double>& q;
-  const std::vector<double>& k;
-  const std::vector<double>& v;
-  const std::vector<double>& sink;
-
-  const double* qptr(int64_t b, int64_t h, int64_t i) const {
-    return q.data() + (L.q_row(b, i) * L.Hq + h) * L.D;
-  }
-  const double* kptr(int64_t b, int64_t hk, int64_t j) const {
-    return k.data() + (L.key_row(b, j) * L.Hkv + hk) * L.D;
-  }
-  const double* vptr(int64_t b, int64_t hk, int64_t j) const {
-    return v.data() + (L.key_row(b, j) * L.Hkv + hk) * L.Dv;
-  }
-
+struct Ctx : detail::Operands {
   void row(int64_t b, int64_t h, int64_t i, Row& r) const {
     const int64_t sq = L.sq[b], sk = L.sk[b], hk = h / L.G;
     r.s.assign(sk, 0), r.p.assign(sk, 0), r.a.assign(sk, 0), r.tp.assign(sk, 1);
@@ -126,8 +109,7 @@ using CMap = Eigen::Map<const Mat, 0, Eigen::OuterStride<>>;
 ForwardResult forward_definitional(const Params& p, const std::vector<double>& q,
                                    const std::vector<double>& k, const std::vector<double>& v,
                                    const std::vector<double>& sink) {
-  const auto L = detail::make_layout(p);
-  detail::check_inputs(L, p, q, k, v, sink);
+  const auto L = detail::checked_layout(p, q, k, v, sink);
   ForwardResult R;
   R.o.assign(L.o_size(), 0), R.o_mag.assign(L.o_size(), 0), R.o_score_mag.assign(L.o_size(), 0);
   R.lse.assign(L.lse_size(), kNegInf), R.lse_mag.assign(L.lse_size(), 0);
@@ -243,13 +225,12 @@ BackwardResult backward_definitional(const Params& p, const std::vector<double>&
                                      const std::vector<double>& sink,
                                      const std::vector<double>& dout,
                                      const std::vector<double>& dlse) {
-  const auto L = detail::make_layout(p);
-  detail::check_inputs(L, p, q, k, v, sink);
+  const auto L = detail::checked_layout(p, q, k, v, sink);
   ASSAY_INPUT_CHECK(static_cast<int64_t>(dout.size()) == L.o_size(), "attention: dout has {} values, want {}",
                     dout.size(), L.o_size());
   ASSAY_INPUT_CHECK(dlse.empty() || static_cast<int64_t>(dlse.size()) == L.lse_size(),
                     "attention: dlse has {} values, want {} or none", dlse.size(), L.lse_size());
-  const Ctx c{p, L, q, k, v, sink};
+  const Ctx c{{p, L, q, k, v, sink}};
   BackwardResult R;
   R.dq.assign(q.size(), 0), R.dk.assign(k.size(), 0), R.dv.assign(v.size(), 0);
   R.dq_mag.assign(q.size(), 0), R.dk_mag.assign(k.size(), 0), R.dv_mag.assign(v.size(), 0);

@@ -12,12 +12,7 @@ namespace {
 
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
-struct Emu {
-  const Params& p;
-  const detail::Layout& L;
-  const std::vector<double>& q;
-  const std::vector<double>& k;
-  const std::vector<double>& v;
+struct Emu : detail::Operands {
   const KernelRounding& kr;
 
   double r(double x) const { return round_to(kr.acc, x); }
@@ -29,9 +24,6 @@ struct Emu {
     lo = L.left < 0 ? 0 : std::max<int64_t>(0, i + off - L.left);
     hi = L.right < 0 ? sk - 1 : std::min<int64_t>(sk - 1, i + off + L.right);
   }
-  const double* qp(int64_t b, int64_t h, int64_t i) const { return q.data() + (L.q_row(b, i) * L.Hq + h) * L.D; }
-  const double* kp(int64_t b, int64_t hk, int64_t j) const { return k.data() + (L.key_row(b, j) * L.Hkv + hk) * L.D; }
-  const double* vp(int64_t b, int64_t hk, int64_t j) const { return v.data() + (L.key_row(b, j) * L.Hkv + hk) * L.Dv; }
 
   // The kernel's fp32 score; t' (tanh derivative, 1 without softcap) through tp.
   double score(const double* qi, const double* kj, double* tp) const {
@@ -53,10 +45,9 @@ struct Emu {
 ForwardResult forward_emulated(const Params& p, const std::vector<double>& q, const std::vector<double>& k,
                                const std::vector<double>& v, const std::vector<double>& sink,
                                const KernelRounding& kr) {
-  const auto L = detail::make_layout(p);
-  detail::check_inputs(L, p, q, k, v, sink);
+  const auto L = detail::checked_layout(p, q, k, v, sink);
   ASSAY_INPUT_CHECK(kr.p_scale > 0 && std::isfinite(kr.p_scale), "attention: p_scale must be > 0");
-  const Emu E{p, L, q, k, v, kr};
+  const Emu E{{p, L, q, k, v, sink}, kr};
   ForwardResult R;
   R.o.assign(L.o_size(), 0.0), R.lse.assign(L.lse_size(), kNegInf);
 #pragma omp parallel for collapse(2) schedule(dynamic)
@@ -67,10 +58,10 @@ ForwardResult forward_emulated(const Params& p, const std::vector<double>& q, co
       for (int64_t i = 0; i < sq; ++i) {
         int64_t lo, hi;
         E.range(i, sq, sk, lo, hi);
-        const double* qi = E.qp(b, h, i);
+        const double* qi = E.qptr(b, h, i);
         s.assign(std::max<int64_t>(hi - lo + 1, 0), 0.0);
         double m = kNegInf;  // row max over the keys only: the sink is folded in at finalize (FA4)
-        for (int64_t j = lo; j <= hi; ++j) m = std::max(m, s[j - lo] = E.score(qi, E.kp(b, hk, j), nullptr));
+        for (int64_t j = lo; j <= hi; ++j) m = std::max(m, s[j - lo] = E.score(qi, E.kptr(b, hk, j), nullptr));
         const int64_t li = L.lse_index(b, h, i);
         double* oi = R.o.data() + (L.q_row(b, i) * L.Hq + h) * L.Dv;
         if (m == kNegInf) {  // no visible key: O = 0; LSE = sink (-inf without a sink)
@@ -87,7 +78,7 @@ ForwardResult forward_emulated(const Params& p, const std::vector<double>& q, co
             const double pt = E.r(std::exp(s[j - lo] - m) * kr.p_scale);
             ls += pt;
             const double pr = E.rp(pt);
-            const double* vj = E.vp(b, hk, j);
+            const double* vj = E.vptr(b, hk, j);
             for (int64_t e = 0; e < L.Dv; ++e) tile[e] += pr * vj[e];
           }
           l = E.r(l + E.r(ls));
@@ -108,7 +99,7 @@ BackwardResult backward_emulated(const Params& p, const std::vector<double>& q, 
                                  const KernelRounding& kr) {
   const auto L = detail::make_layout(p);
   detail::check_backward_inputs(L, p, q, k, v, sink, o, lse, dout, dlse);
-  const Emu E{p, L, q, k, v, kr};
+  const Emu E{{p, L, q, k, v, sink}, kr};
   BackwardResult R;
   R.dq.assign(q.size(), 0.0), R.dk.assign(k.size(), 0.0), R.dv.assign(v.size(), 0.0);
   R.dsink.assign(p.has_sink ? L.Hq : 0, 0.0);
@@ -132,7 +123,7 @@ BackwardResult backward_emulated(const Params& p, const std::vector<double>& q, 
           if (p.has_sink) dsink -= E.r(std::exp(sink[h] - lr)) * delta;
           int64_t lo, hi;
           E.range(i, sq, sk, lo, hi);
-          const double* qi = E.qp(b, h, i);
+          const double* qi = E.qptr(b, h, i);
           double* dqi = R.dq.data() + row * L.D;
           for (int64_t j = lo; j <= hi; ++j) {
             const int64_t kr_row = L.key_row(b, j) * L.Hkv + hk;

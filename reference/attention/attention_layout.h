@@ -51,6 +51,29 @@ Layout make_layout(const Params& p);
 void check_inputs(const Layout& L, const Params& p, const std::vector<double>& q,
                   const std::vector<double>& k, const std::vector<double>& v,
                   const std::vector<double>& sink);
+// make_layout, then check_inputs: how every forward starts.
+Layout checked_layout(const Params& p, const std::vector<double>& q, const std::vector<double>& k,
+                      const std::vector<double>& v, const std::vector<double>& sink);
+
+// The operands of one call and their addressing: the first element of a row of q (sequence b,
+// query head h, row i), of k or v (KV head hk, key j) in the storage layouts. Addressing only: the
+// forms and the kernel emulations each build their own arithmetic on it.
+struct Operands {
+  const Params& p;
+  const Layout& L;
+  const std::vector<double>& q;
+  const std::vector<double>& k;
+  const std::vector<double>& v;
+  const std::vector<double>& sink;
+
+  const double* qptr(int64_t b, int64_t h, int64_t i) const { return q.data() + (L.q_row(b, i) * L.Hq + h) * L.D; }
+  const double* kptr(int64_t b, int64_t hk, int64_t j) const {
+    return k.data() + (L.key_row(b, j) * L.Hkv + hk) * L.D;
+  }
+  const double* vptr(int64_t b, int64_t hk, int64_t j) const {
+    return v.data() + (L.key_row(b, j) * L.Hkv + hk) * L.Dv;
+  }
+};
 // The same, plus the backward's forward results and cotangents (o, lse, dout; dlse may be empty).
 void check_backward_inputs(const Layout& L, const Params& p, const std::vector<double>& q,
                            const std::vector<double>& k, const std::vector<double>& v,

@@ -92,13 +92,7 @@ struct PackedKV {
   const double* v_tile(int64_t b, int64_t hk, int64_t n) const { return vbuf + (first[b * Hkv + hk] + n) * vsz; }
 };
 
-struct Engine {
-  const Params& p;
-  const detail::Layout& L;
-  const std::vector<double>& q;
-  const std::vector<double>& k;
-  const std::vector<double>& v;
-  const std::vector<double>& sink;
+struct Engine : detail::Operands {
   Bounds bounds{L, p.mutant};
 
   int64_t kv_head(int64_t h) const { return p.mutant == Mutant::gqa_modulo ? h % L.Hkv : h / L.G; }
@@ -350,9 +344,8 @@ std::vector<Work> q_tiles(const detail::Layout& L, int64_t tile_m) {
 ForwardResult forward_online(const Params& p, const std::vector<double>& q,
                              const std::vector<double>& k, const std::vector<double>& v,
                              const std::vector<double>& sink) {
-  const auto L = detail::make_layout(p);
-  detail::check_inputs(L, p, q, k, v, sink);
-  const Engine E{p, L, q, k, v, sink};
+  const auto L = detail::checked_layout(p, q, k, v, sink);
+  const Engine E{{p, L, q, k, v, sink}};
   const auto work = q_tiles(L, p.tile_m);
   const PackedKV pk(L, p, k, v);
   const int64_t osz = L.o_size(), lsz = L.lse_size(), ns = p.num_splits;
@@ -400,7 +393,7 @@ BackwardResult backward_tiled(const Params& p, const std::vector<double>& q,
   detail::check_backward_inputs(L, p, q, k, v, sink, o, lse, dout, dlse);
   Params pc = p;
   pc.mutant = Mutant::none;
-  const Engine E{pc, L, q, k, v, sink};
+  const Engine E{{pc, L, q, k, v, sink}};
   BackwardResult R;
   R.dq.assign(q.size(), 0), R.dk.assign(k.size(), 0), R.dv.assign(v.size(), 0);
   R.dsink.assign(p.has_sink ? L.Hq : 0, 0);

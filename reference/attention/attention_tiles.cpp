@@ -37,16 +37,12 @@ namespace {
 namespace avx512 {
 using namespace simd::avx512;
 constexpr int kMR = 4, kNP = 4;
-inline Vd vexp(Vd z) {
-  using namespace expc;
-  z = _mm512_max_pd(vset1(kLo), z);
-  const Vd kd = _mm512_sub_pd(_mm512_fmadd_pd(z, vset1(kLog2e), vset1(kShift)), vset1(kShift));
-  const Vd r = _mm512_fnmadd_pd(kd, vset1(kLn2Lo), _mm512_fnmadd_pd(kd, vset1(kLn2Hi), z));
-  Vd p = vset1(kC[13]);
-  ASSAY_UNROLL
-  for (int i = 12; i >= 0; --i) p = _mm512_fmadd_pd(p, r, vset1(kC[i]));
-  return _mm512_scalef_pd(p, kd);
-}
+// exp's ISA parts (vexp in attention_tiles_exp.inc): max(kLo, z) keeping a NaN z, fused -a b + c,
+// p 2^k with one rounding (scalef).
+inline Vd vmax_lo(Vd z) { return _mm512_max_pd(vset1(expc::kLo), z); }
+inline Vd vfnma(Vd a, Vd b, Vd c) { return _mm512_fnmadd_pd(a, b, c); }
+inline Vd vpow2(Vd p, Vd kd, Vd) { return _mm512_scalef_pd(p, kd); }
+#include "reference/attention/attention_tiles_exp.inc"
 #include "reference/attention/attention_tiles.inc"
 }  // namespace avx512
 #pragma GCC diagnostic pop
@@ -57,16 +53,12 @@ inline Vd vexp(Vd z) {
 namespace avx2 {
 using namespace simd::avx2;
 constexpr int kMR = 2, kNP = 2;
-inline Vd vexp(Vd z) {
+// exp's ISA parts (vexp in attention_tiles_exp.inc): max(kLo, z) keeping a NaN z, fused -a b + c,
+// p 2^k with one rounding: two exact factors 2^k1 2^k2, k1 = floor(k / 2), k from the shifted t.
+inline Vd vmax_lo(Vd z) { return _mm256_max_pd(vset1(expc::kLo), z); }
+inline Vd vfnma(Vd a, Vd b, Vd c) { return _mm256_fnmadd_pd(a, b, c); }
+inline Vd vpow2(Vd p, Vd, Vd t) {
   using namespace expc;
-  z = _mm256_max_pd(vset1(kLo), z);
-  const Vd t = _mm256_fmadd_pd(z, vset1(kLog2e), vset1(kShift));
-  const Vd kd = _mm256_sub_pd(t, vset1(kShift));
-  const Vd r = _mm256_fnmadd_pd(kd, vset1(kLn2Lo), _mm256_fnmadd_pd(kd, vset1(kLn2Hi), z));
-  Vd p = vset1(kC[13]);
-  ASSAY_UNROLL
-  for (int i = 12; i >= 0; --i) p = _mm256_fmadd_pd(p, r, vset1(kC[i]));
-  // 2^k as two exact factors 2^k1 2^k2, k1 = floor(k / 2): the result rounds once.
   const __m256i ki = _mm256_sub_epi64(_mm256_castpd_si256(t), _mm256_castpd_si256(vset1(kShift)));
   const __m256i k1 = _mm256_sub_epi64(_mm256_srli_epi64(_mm256_add_epi64(ki, _mm256_set1_epi64x(2048)), 1),
                                       _mm256_set1_epi64x(1024));
@@ -76,6 +68,7 @@ inline Vd vexp(Vd z) {
   const Vd f2 = _mm256_castsi256_pd(_mm256_slli_epi64(_mm256_add_epi64(k2, bias), 52));
   return _mm256_mul_pd(_mm256_mul_pd(p, f1), f2);
 }
+#include "reference/attention/attention_tiles_exp.inc"
 #include "reference/attention/attention_tiles.inc"
 }  // namespace avx2
 #pragma GCC pop_options

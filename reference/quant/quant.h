@@ -269,6 +269,14 @@ struct Fp8Config {
   int block = 128;                  // block edge for the DeepSeek granularities
   std::optional<float> amax_override;  // per_tensor only: an externally supplied amax
 };
+// DeepSeek-V3 training casts (DeepGEMM per_token_cast / per_block_cast, E4M3): activations in 1x128
+// groups, weights (weight = true) in 128x128 blocks.
+inline Fp8Config deepseek_fp8_config(bool weight) {
+  Fp8Config c;
+  c.recipe = Fp8ScaleRecipe::deepgemm;
+  c.gran = weight ? Fp8Granularity::block_128x128 : Fp8Granularity::block_1x128;
+  return c;
+}
 struct Fp8Result {
   int64_t rows = 0, cols = 0;
   std::vector<uint8_t> codes;      // rows x cols

@@ -10,6 +10,8 @@
 #pragma once
 #include <vector>
 
+#include "reference/core/tensor.h"
+
 namespace assay::ref {
 
 // Form 1: scalar loop, fp64.
@@ -19,3 +21,13 @@ std::vector<double> scaled_add_eigen(const std::vector<double>& x, const std::ve
 std::vector<double> scaled_add_bound(const std::vector<double>& x, const std::vector<double>& y, double alpha, double beta);
 
 }  // namespace assay::ref
+
+namespace assay::scaled_add {
+
+// Golden assembly (scaled_add_golden.cpp): runs both forms and packages them for `assay gen`.
+//   x, y: the inputs (same shape); out_dtype: the kernel-facing dtype of out.
+//   -> output out (axes and shape of x; expected = the loop form, bound = scaled_add_bound),
+//      agreement entry out: "loop" vs "eigen".
+OracleResult oracle(const Tensor& x, const Tensor& y, double alpha, double beta, DType out_dtype);
+
+}  // namespace assay::scaled_add
