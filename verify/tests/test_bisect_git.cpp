@@ -232,13 +232,15 @@ TEST_CASE("bisect --git: a commit past --timeout is skipped, its build killed", 
   auto r = make_repo("timeout", /*slow=*/true);  // c1..c4 sleep: every commit between GOOD and BAD times out
   const auto t0 = std::chrono::steady_clock::now();
   const auto run = assay_test::run_assay(bisect_args(r, r.commits.front(), "main", build_cmd("if [ -f slow ]; then sleep 60; fi; "),
-                                                     "--timeout 2 -v"));
+                                                     "--timeout 5 -v"));
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   INFO(run.out);
   CHECK(run.code == 125);
-  CHECK(run.out.find("timed out after 2 s (build and judge) -> 125 (skip)") != std::string::npos);
+  CHECK(run.out.find("timed out after 5 s (build and judge) -> 125 (skip)") != std::string::npos);
   CHECK(run.out.find("only skipped commits are left to test") != std::string::npos);
-  CHECK(took < 30);
+  // 5 s leaves a loaded 2-core machine time to build and judge GOOD and BAD (2 s did not); each
+  // skipped commit costs its 5 s, and a build left sleeping would cost its 60 s.
+  CHECK(took < 55);
   require_as_found(r, r.commits.back());
 }
 
