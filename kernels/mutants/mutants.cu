@@ -24,7 +24,7 @@
 
 namespace {
 
-constexpr int64_t kGuardElems = 4096 / 2;  // verify/worker.h kGuardBytes, in bf16 elements
+constexpr int64_t kGuardElems = 4096 / 2;  // verify/run/worker.h kGuardBytes, in bf16 elements
 
 
 __device__ __forceinline__ __nv_bfloat16 f(const __nv_bfloat16* x, const __nv_bfloat16* y, int64_t i, float a, float b) {

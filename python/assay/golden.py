@@ -53,7 +53,7 @@ def _attr_value(v):
         return [_attr_value(x) for x in v.reshape(-1)]
     if isinstance(v, np.generic):
         if v.dtype == np.bool_ or (v.dtype.kind in "iu" and v.dtype.itemsize == 1):
-            return bool(v)  # a 1-byte integer is a bool, as verify/h5.cpp reads it
+            return bool(v)  # a 1-byte integer is a bool, as verify/io/h5.cpp reads it
         if v.dtype.kind in "iu":
             return int(v)
         if v.dtype.kind == "f":

@@ -1,7 +1,7 @@
 // The resolved fields of one case: every field an op's fixture binding read (fixtures/<op>.cpp),
 // with its default applied where the case file left it out. `assay gen` records them in the golden
 // (the /case group, golden/SCHEMA.md); kernels read them from their KernelCase
-// (kernels/kernel_api.h), so no kernel re-derives a fixture default by hand.
+// (kernels/registry.h), so no kernel re-derives a fixture default by hand.
 //
 // Values: int64 (B = 2), double (alpha = 0.5), bool (causal = true), string (recipe = "nvfp4"),
 // arrays of int64 (seqlens_k = [70, 9, 0]) or of doubles. Getters convert between numbers where

@@ -48,7 +48,7 @@ struct Output {
   std::optional<std::vector<double>> bound;  // per-element error-bound magnitude (e.g. sum_j p|v|)
   // A second magnitude, for the sensitivity to a rounding a precision profile adds (e.g. Mamba-3's
   // final_ssm under bf16-angles: the rotation scale of every accumulated key); the tolerance term
-  // bound2_k * bound2 (verify/tolerance.h).
+  // bound2_k * bound2 (verify/judge/tolerance.h).
   std::optional<std::vector<double>> bound2;
   std::optional<std::vector<uint64_t>> rounded;  // spec-rounded codes in expected.dtype (exact answer)
   bool allow_nonfinite = false;  // the truth itself holds NaN/Inf (e.g. quantizing NaN input)
@@ -58,7 +58,7 @@ struct Output {
   std::optional<std::vector<double>> alt;
   // Codes scaled per block by another output (MX element codes and packed bytes by their UE8M0
   // scale): that output's name and the block's length along the last axis (rows map one to one).
-  // A block whose scale is NaN decodes to NaN whatever its codes (verify/compare.h,
+  // A block whose scale is NaN decodes to NaN whatever its codes (verify/judge/compare.h,
   // scale_waiver).
   std::string scaled_by;
   int64_t scale_block = 0;
