@@ -26,8 +26,12 @@ std::vector<double> read_candidate(const h5::File& f, const Output& o, std::stri
     if (!d) throw InputError(fmt::format("{}: {}: unknown dtype '{}'", f.path(), ds, s));
     if (*d != e.dtype && *d != DType::f32 && *d != DType::f64)
       throw InputError(fmt::format("{}: {}: wrong dtype {} (golden output '{}' is {})", f.path(), ds, s, e.name, name(e.dtype)));
-    if (inf.is_integer && info(*d).is_float) {
-      if (static_cast<int>(inf.elem_size) != info(*d).storage_bytes)
+    // Integer storage of codes: of a float dtype (bf16 as int16, ...), or of an integer dtype in
+    // storage of its own width whatever its signedness (the GPU worker writes every output as
+    // unsigned codes: int64 -1 is 0xffff'ffff'ffff'ffff there, not 2^64 - 1).
+    const bool same_width = static_cast<int>(inf.elem_size) == info(*d).storage_bytes;
+    if (inf.is_integer && (info(*d).is_float || same_width)) {
+      if (!same_width)
         throw InputError(fmt::format("{}: {}: {}-byte integers cannot hold {} codes", f.path(), ds, inf.elem_size, s));
       auto codes = f.read_u64(ds);
       if (inf.is_signed && inf.elem_size < 8)  // signed storage of codes: keep the stored bit pattern

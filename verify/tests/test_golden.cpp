@@ -9,7 +9,9 @@
 #include "catch_compat.h"
 #include "fixtures/gen/inputs.h"
 #include "reference/core/check.h"
+#include "tests/common.h"
 #include "verify/io/golden.h"
+#include "verify/judge/candidate.h"
 #include "verify/io/h5.h"
 #include "verify/io/stale.h"
 
@@ -126,4 +128,30 @@ TEST_CASE("a read that crashes or hangs the HDF5 library is refused by name, not
   // Our own errors are left to the caller's read (same message, same exit code).
   CHECK_NOTHROW(h5::probe_in_child("x.h5", [] { throw InputError("x.h5: /inputs: cannot list group"); }));
   CHECK_NOTHROW(h5::probe_in_child("x.h5", [] {}));
+}
+
+TEST_CASE("integer outputs stored as unsigned codes of their own width keep their sign (the GPU worker's candidates)",
+          "[cpu][L0]") {
+  // The worker writes every output as unsigned codes with a dtype attribute: an int64 -1 arrives
+  // as 0xffffffffffffffff and an int32 -3 as 0xfffffffd; decoded through their dtype, not read as
+  // the unsigned numbers 2^64 - 1 and 2^32 - 3.
+  const auto dir = assay_test::fresh_dir("assay_test_golden", "unsigned_codes");
+  const std::string path = (dir / "cand.h5").string();
+  {
+    auto f = h5::File::create(path);
+    f.create_group("/outputs");
+    const std::vector<uint64_t> c64{0, 1, ~uint64_t{0}};
+    const std::vector<uint32_t> c32{0, 7, 0xfffffffdu};
+    f.write("/outputs/a", h5::Elem::u64, {3}, c64.data());
+    f.set_attr("/outputs/a", "dtype", std::string("int64"));
+    f.write("/outputs/b", h5::Elem::u32, {3}, c32.data());
+    f.set_attr("/outputs/b", "dtype", std::string("int32"));
+    f.close();
+  }
+  const auto f = h5::File::open_read(path);
+  Output a, b;
+  a.expected = Tensor{"a", {"S"}, {3}, DType::i64, {0, 1, -1}};
+  b.expected = Tensor{"b", {"S"}, {3}, DType::i32, {0, 7, -3}};
+  CHECK(read_candidate(f, a) == std::vector<double>{0, 1, -1});
+  CHECK(read_candidate(f, b) == std::vector<double>{0, 7, -3});
 }
