@@ -48,8 +48,7 @@ void write_planted(const fs::path& path, const Golden& g, const std::map<std::st
 }
 
 BisectReport bisect_file(const Golden& g, const fs::path& cand) {
-  TolerancePolicy policy;
-  policy.add_file((fs::path(ASSAY_SOURCE_DIR) / "fixtures" / (g.prov.op + ".toml")).string());
+  const auto policy = TolerancePolicy::for_ops(std::string(ASSAY_SOURCE_DIR) + "/fixtures", {g.prov.op});
   return bisect_candidate(g, policy, h5::File::open_read(cand.string()), CandidateJudging{});
 }
 
@@ -206,8 +205,7 @@ TEST_CASE("bisect walks the intermediates to exactly the chunk or step where a p
       REQUIRE(bo);
       CHECK(bo->expected.shape[static_cast<size_t>(b->walk_dim)] == 2);  // in and out of the step
       CHECK(fs::file_size(r.repro_golden) < fs::file_size(ASSAY_SOURCE_DIR + std::string("/golden/") + c.op + "/" + c.golden + ".h5"));
-      TolerancePolicy policy;
-      policy.add_file((fs::path(ASSAY_SOURCE_DIR) / "fixtures" / (c.op + ".toml")).string());
+      const auto policy = TolerancePolicy::for_ops(std::string(ASSAY_SOURCE_DIR) + "/fixtures", {c.op});
       const auto res = judge_candidate(bg, policy, h5::File::open_read(r.repro_candidate), CandidateJudging{});
       CHECK(res.verdict == Verdict::Incorrect);
       for (const auto& t : res.reports)

@@ -366,14 +366,13 @@ TEST_CASE("verify --plugin on a FIFO is refused at once", "[cpu][L0][hostile]") 
 TEST_CASE("every committed golden accepts its own /rounded codes under its strict rule", "[cpu][L0][hostile]") {
   const fs::path root = fs::path(ASSAY_SOURCE_DIR) / "golden";
   std::map<std::string, TolerancePolicy> policies;
-  std::set<std::string> loaded;
   int n = 0, with_rounded = 0;
   for (const auto& e : fs::recursive_directory_iterator(root)) {
     if (e.path().extension() != ".h5") continue;
     const auto g = read_golden(e.path().string());
-    auto& pol = policies[g.prov.op];
-    if (loaded.insert(g.prov.op).second)
-      pol.add_file((fs::path(ASSAY_SOURCE_DIR) / "fixtures" / (g.prov.op + ".toml")).string());
+    if (!policies.count(g.prov.op))
+      policies[g.prov.op] = TolerancePolicy::for_ops(std::string(ASSAY_SOURCE_DIR) + "/fixtures", {g.prov.op});
+    const auto& pol = policies[g.prov.op];
     INFO(e.path().string());
     CHECK_NOTHROW(check_rounded_accepted(g, pol));
     ++n;
@@ -383,8 +382,7 @@ TEST_CASE("every committed golden accepts its own /rounded codes under its stric
   CHECK(with_rounded > 100);
   // And the check itself rejects a golden whose codes decode elsewhere.
   auto g = read_golden(std::string(ASSAY_SOURCE_DIR) + "/golden/quant/nvfp4_nonfinite.h5");
-  TolerancePolicy pol;
-  pol.add_file(std::string(ASSAY_SOURCE_DIR) + "/fixtures/quant.toml");
+  const auto pol = TolerancePolicy::for_ops(std::string(ASSAY_SOURCE_DIR) + "/fixtures", {"quant"});
   for (auto& o : g.outputs)
     if (o.expected.name == "xhat_row" && o.rounded) (*o.rounded)[0] = 0x7f800000u;  // +Inf
   CHECK_THROWS_AS(check_rounded_accepted(g, pol), assay::OracleDisagreement);
