@@ -1,0 +1,115 @@
+// Mamba-3 golden assembly (mamba3.h siso_oracle / mimo_oracle): both forms on the validated
+// problem, their measured agreement (also at the extra chunk sizes), and the result packaged as
+// OracleResult. Values are the step form's (the ground truth).
+#include <cmath>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "reference/mamba3/mamba3.h"
+#include "reference/mamba3/mamba3_internal.h"
+
+namespace assay::mamba3 {
+
+namespace {
+
+using detail::Problem;
+
+// Agreement of angles modulo 2pi: a is moved by a multiple of 2pi to the nearest of b first.
+double angle_agreement(std::vector<double> a, const std::vector<double>& b) {
+  if (a.size() != b.size()) return agreement_rel(a, b);
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double d = a[i] - b[i];
+    a[i] -= detail::kTwoPi * std::round(d / detail::kTwoPi);
+  }
+  return agreement_rel(a, b);
+}
+
+OracleResult assemble(const Problem& pb, const Result& st, const Result& ch, DType out_dtype,
+                      bool varlen) {
+  OracleResult o;
+  const std::string ns_axis = varlen ? "NS" : "B";
+  const int64_t NS = pb.NS();
+  auto add = [&](std::string name, std::vector<std::string> axes, Shape shape, DType dt,
+                 const std::vector<double>& val, const std::vector<double>* bound) {
+    Output out;
+    out.expected = Tensor{std::move(name), std::move(axes), std::move(shape), dt, val};
+    if (bound) out.bound = *bound;
+    o.outputs.push_back(std::move(out));
+  };
+  if (pb.phi)
+    add("out", {"B", "T", "H", "P"}, {pb.B, pb.T, pb.H, pb.P}, out_dtype, st.out, &st.out_bound);
+  else if (pb.mimo)
+    add("out", {"B", "T", "R", "H", "P"}, {pb.B, pb.T, pb.R, pb.H, pb.P}, out_dtype, st.out, &st.out_bound);
+  else
+    add("out", {"B", "T", "H", "P"}, {pb.B, pb.T, pb.H, pb.P}, out_dtype, st.out, &st.out_bound);
+  add("final_angle", {ns_axis, "H", "A"}, {NS, pb.H, pb.S}, DType::f32, st.final_angle, &st.final_angle_bound);
+  add("final_ssm", {ns_axis, "H", "P", "N"}, {NS, pb.H, pb.P, pb.N}, DType::f32, st.final_ssm,
+      &st.final_ssm_bound);
+  if (!pb.mimo) o.outputs.back().bound2 = st.final_ssm_rot_bound;  // only the SISO kernel stores bf16 angles
+  if (pb.mimo)
+    add("final_k", {ns_axis, "R", "H", "N"}, {NS, pb.R, pb.H, pb.N}, out_dtype, st.final_k, &st.final_k_bound);
+  else
+    add("final_k", {ns_axis, "H", "N"}, {NS, pb.H, pb.N}, DType::f32, st.final_k, &st.final_k_bound);
+  add("final_v", {ns_axis, "H", "P"}, {NS, pb.H, pb.P}, out_dtype, st.final_v, nullptr);
+
+  // The kernels' chunk-state dtype (mamba3.h): SISO SSM_States is allocated bf16; the MIMO kernel
+  // holds its running state in fp32 (no stored copy).
+  const DType cs_dtype = pb.mimo ? DType::f32 : DType::bf16;
+  o.intermediates.push_back(
+      Tensor{"chunk_states", {"C", "H", "P", "N"}, {pb.NC(), pb.H, pb.P, pb.N}, cs_dtype, st.chunk_states});
+  o.intermediate_bounds["chunk_states"] = st.chunk_states_bound;
+  std::vector<double> starts(st.chunk_start.begin(), st.chunk_start.end());
+  o.intermediates.push_back(Tensor{"chunk_start", {"C"}, {pb.NC()}, DType::i64, starts});
+  // out_pregate stays out of the goldens (R x the output size); it is in Result and its agreement
+  // is checked below.
+
+  auto agree = [&](const char* name, double v) { o.agreement.push_back({name, "step", "chunked", v}); };
+  agree("out", agreement_rel(ch.out, st.out));
+  agree("out_bound", agreement_rel(ch.out_bound, st.out_bound));
+  agree("out_pregate", agreement_rel(ch.out_pregate, st.out_pregate));
+  agree("final_angle", angle_agreement(ch.final_angle, st.final_angle));
+  agree("final_ssm", agreement_rel(ch.final_ssm, st.final_ssm));
+  agree("final_ssm_bound", agreement_rel(ch.final_ssm_bound, st.final_ssm_bound));
+  agree("final_ssm_rot_bound", agreement_rel(ch.final_ssm_rot_bound, st.final_ssm_rot_bound));
+  agree("final_k", agreement_rel(ch.final_k, st.final_k));
+  agree("final_k_bound", agreement_rel(ch.final_k_bound, st.final_k_bound));
+  agree("final_angle_bound", agreement_rel(ch.final_angle_bound, st.final_angle_bound));
+  agree("final_v", agreement_rel(ch.final_v, st.final_v));
+  agree("chunk_states", agreement_rel(ch.chunk_states, st.chunk_states));
+  agree("chunk_states_bound", agreement_rel(ch.chunk_states_bound, st.chunk_states_bound));
+  return o;
+}
+
+// The chunked form again at other chunk sizes, against the step form.
+void extra_chunks(const Problem& pb, const Result& st, const std::vector<int64_t>& sizes, OracleResult& o) {
+  for (int64_t q : sizes) {
+    Problem pq = pb;
+    detail::set_chunk(pq, q);
+    const Result ch = detail::run_chunked(pq);
+    const std::string form = fmt::format("chunked(Q={})", q);
+    auto agree = [&](const char* name, double v) { o.agreement.push_back({name, "step", form, v}); };
+    agree("out", agreement_rel(ch.out, st.out));
+    agree("out_bound", agreement_rel(ch.out_bound, st.out_bound));
+    agree("final_angle", angle_agreement(ch.final_angle, st.final_angle));
+    agree("final_ssm", agreement_rel(ch.final_ssm, st.final_ssm));
+    agree("final_k", agreement_rel(ch.final_k, st.final_k));
+  }
+}
+
+}  // namespace
+
+// Both variants: the step and chunked forms of one problem, assembled (bit for bit as before).
+template <class Params, class In>
+OracleResult oracle_of(const Params& p, const In& in) {
+  const Problem pb = detail::make_problem(p, in);
+  const Result st = detail::run_step(pb);
+  OracleResult o = assemble(pb, st, detail::run_chunked(pb), p.out_dtype, !p.cu_seqlens.empty());
+  extra_chunks(pb, st, p.extra_chunk_sizes, o);
+  return o;
+}
+
+OracleResult siso_oracle(const SisoParams& p, const SisoInputs& in) { return oracle_of(p, in); }
+OracleResult mimo_oracle(const MimoParams& p, const MimoInputs& in) { return oracle_of(p, in); }
+
+}  // namespace assay::mamba3
