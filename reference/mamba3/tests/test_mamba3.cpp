@@ -372,6 +372,26 @@ TEST_CASE("MIMO: same-step rank pairs all interact with weight gamma (hand deriv
   }
 }
 
+namespace {
+
+// One token, N = 8, P = 1 (R = 1): Q = 0, K = (1, ..., 8), V = 1, ADT = 0, DT = 1, Trap = 0, zero
+// biases; the final K is then the rotated K.
+template <class In>
+In one_token_key() {
+  In in;
+  in.q.assign(8, 0.0);
+  in.k = {1, 2, 3, 4, 5, 6, 7, 8};
+  in.v = {1};
+  in.adt = {0};
+  in.dt = {1};
+  in.trap = {0};
+  in.q_bias.assign(8, 0.0);
+  in.k_bias.assign(8, 0.0);
+  return in;
+}
+
+}  // namespace
+
 TEST_CASE("MIMO: rotation pairing conventions (half-split vs adjacent) on the final K", "[cpu][L0]") {
   // T = 1, R = 1, N = 8, K = (1..8), bias 0, DT = 1. Angle 0 has tanh(a) = 1/2 -> phi_0 = pi/2, the
   // other angles are 0. (u, w) -> (u cos - w sin, u sin + w cos) = (-w, u) for phi = pi/2.
@@ -400,15 +420,7 @@ TEST_CASE("MIMO: rotation pairing conventions (half-split vs adjacent) on the fi
     p.R = 1;
     p.rotary_dim_divisor = cs.div;
     p.rotate_pairwise = cs.pairwise;
-    MimoInputs in;
-    in.q.assign(8, 0.0);
-    in.k = {1, 2, 3, 4, 5, 6, 7, 8};
-    in.v = {1};
-    in.adt = {0};
-    in.dt = {1};
-    in.trap = {0};
-    in.q_bias.assign(8, 0.0);
-    in.k_bias.assign(8, 0.0);
+    MimoInputs in = one_token_key<MimoInputs>();
     in.psi = {1};
     in.angles.assign(p.S(), 0.0);
     in.angles[0] = std::atanh(0.5);
@@ -424,15 +436,7 @@ TEST_CASE("MIMO: rotation pairing conventions (half-split vs adjacent) on the fi
   p.N = 8;
   p.P = 1;
   p.S = 1;
-  SisoInputs in;
-  in.q.assign(8, 0.0);
-  in.k = {1, 2, 3, 4, 5, 6, 7, 8};
-  in.v = {1};
-  in.adt = {0};
-  in.dt = {1};
-  in.trap = {0};
-  in.q_bias.assign(8, 0.0);
-  in.k_bias.assign(8, 0.0);
+  SisoInputs in = one_token_key<SisoInputs>();
   in.angles = {std::atanh(0.5)};
   const std::vector<double> expect = {-2, 1, 3, 4, 5, 6, 7, 8};
   for (const Result& r : {siso_step(p, in), siso_chunked(p, in)})

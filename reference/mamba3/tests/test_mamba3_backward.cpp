@@ -165,72 +165,17 @@ TEST_CASE("mamba3 siso backward: gradcheck, varlen with an empty sequence, and a
   REQUIRE(std::exp(-800.0) == 0.0);
   const Upstream ur = make_upstream(pr, 23);
   CHECK(gradcheck("ADT resets (alpha = 0), D, Z, states", pr, ir, ur) < kTol);
-  const Grads gf = backward_siso_recurrent(pr, ir, ur.d_out, ur.df);
-  SisoInputs ii = ir;
-  ii.adt[r0] = ii.adt[r1] = -INFINITY;
-  const Grads gr = backward_siso_recurrent(pr, ii, ur.d_out, ur.df);
-  CHECK(gr.dadt[r0] == 0.0);
-  CHECK(gr.dadt[r1] == 0.0);
-  check_same_grads(gr, gf);
-  // The reset blocks the state path: with only d_ssm upstream, nothing reaches the initial SSM
-  // state of (b=1, h=1) through its reset at t=4, exactly; the other head of b=1 does get some.
-  Upstream us = ur;
-  std::fill(us.d_out.begin(), us.d_out.end(), 0.0);
-  us.df.d_angle.clear(), us.df.d_k.clear(), us.df.d_v.clear();
-  const Grads gs = backward_siso_recurrent(pr, ii, us.d_out, us.df);
-  const int64_t PN = pr.P * pr.N;
-  double blocked = 0, open = 0;
-  for (int64_t i = 0; i < PN; ++i) {
-    blocked = std::max(blocked, std::fabs(gs.dssm_state[(1 * pr.H + 1) * PN + i]));
-    open = std::max(open, std::fabs(gs.dssm_state[(1 * pr.H + 0) * PN + i]));
-  }
-  CHECK(blocked == 0.0);
-  CHECK(open > 1e-3);
-  for (double e : gr.dq) CHECK(std::isfinite(e));
+  check_inf_reset([&](const auto& i, const auto& d_out, const auto& df) { return backward_siso_recurrent(pr, i, d_out, df); },
+                  ir, ur, r0, r1);
 }
 
 TEST_CASE("mamba3 siso backward: no gradient crosses a varlen reset", "[cpu][L0]") {
   SisoParams p = base(1, 9, 2, 1, 4, 3, 2, 2);
   p.cu_seqlens = {0, 4, 9};
   const SisoInputs in = make_inputs(p, 30, {.d = false, .z = true, .states = true});
-  Upstream u = make_upstream(p, 31);
-  // Only sequence 1 is observed: d_out on its tokens, the final-state gradients of its slot.
-  const int64_t H = p.H, N = p.N, P = p.P, S = p.S, HP = H * P;
-  std::fill(u.d_out.begin(), u.d_out.begin() + 4 * HP, 0.0);
-  std::fill(u.df.d_angle.begin(), u.df.d_angle.begin() + H * S, 0.0);
-  std::fill(u.df.d_ssm.begin(), u.df.d_ssm.begin() + H * P * N, 0.0);
-  std::fill(u.df.d_k.begin(), u.df.d_k.begin() + H * N, 0.0);
-  std::fill(u.df.d_v.begin(), u.df.d_v.begin() + H * P, 0.0);
-  const Grads g = backward_siso_recurrent(p, in, u.d_out, u.df);
-  double leak = 0, inside = 0;
-  auto upd = [&](int64_t t, double v) { (t < 4 ? leak : inside) = std::max(t < 4 ? leak : inside, std::fabs(v)); };
-  for (int64_t t = 0; t < p.T; ++t) {
-    for (int64_t i = 0; i < p.G * N; ++i) upd(t, g.dq[t * p.G * N + i]), upd(t, g.dk[t * p.G * N + i]);
-    for (int64_t i = 0; i < HP; ++i) upd(t, g.dv[t * HP + i]), upd(t, g.dz[t * HP + i]);
-    for (int64_t i = 0; i < H * S; ++i) upd(t, g.dangles[t * H * S + i]);
-    for (int64_t h = 0; h < H; ++h) upd(t, g.dadt[h * p.T + t]), upd(t, g.ddt[h * p.T + t]), upd(t, g.dtrap[h * p.T + t]);
-  }
-  for (int64_t i = 0; i < H * S; ++i) leak = std::max(leak, std::fabs(g.dangle_state[i]));
-  for (int64_t i = 0; i < H * P * N; ++i) leak = std::max(leak, std::fabs(g.dssm_state[i]));
-  for (int64_t i = 0; i < H * N; ++i) leak = std::max(leak, std::fabs(g.dk_state[i]));
-  for (int64_t i = 0; i < H * P; ++i) leak = std::max(leak, std::fabs(g.dv_state[i]));
-  CHECK(leak == 0.0);
-  CHECK(inside > 0.01);
-  double s1 = 0;
-  for (int64_t i = H * P * N; i < 2 * H * P * N; ++i) s1 = std::max(s1, std::fabs(g.dssm_state[i]));
-  CHECK(s1 > 0.01);
-  // The converse by perturbation: changing sequence-0 inputs and states leaves L unchanged exactly.
-  SisoInputs w = in;
-  for (int64_t i = 0; i < 4 * p.G * N; ++i) w.q[i] += 0.5, w.k[i] -= 0.3;
-  for (int64_t i = 0; i < 4 * HP; ++i) w.v[i] += 0.5, w.z[i] -= 0.25;
-  for (int64_t i = 0; i < 4 * H * S; ++i) w.angles[i] += 0.3;
-  for (int64_t h = 0; h < H; ++h)
-    for (int64_t t = 0; t < 4; ++t) w.dt[h * p.T + t] += 0.1, w.adt[h * p.T + t] -= 0.2, w.trap[h * p.T + t] += 0.4;
-  for (int64_t i = 0; i < H * S; ++i) w.angle_state[i] += 0.25;
-  for (int64_t i = 0; i < H * P * N; ++i) w.ssm_state[i] += 0.25;
-  for (int64_t i = 0; i < H * N; ++i) w.k_state[i] += 0.25;
-  for (int64_t i = 0; i < H * P; ++i) w.v_state[i] += 0.25;
-  CHECK(loss(p, w, u) == loss(p, in, u));
+  check_varlen_isolation([&](const auto& i, const auto& d_out, const auto& df) { return backward_siso_recurrent(p, i, d_out, df); },
+                         [&](const SisoInputs& i, const Upstream& u) { return loss(p, i, u); }, in, make_upstream(p, 31),
+                         p.T, 4);
 }
 
 TEST_CASE("mamba3 siso backward: malformed upstream gradients and inputs are refused", "[cpu][L0]") {
@@ -246,6 +191,13 @@ TEST_CASE("mamba3 siso backward: malformed upstream gradients and inputs are ref
 // ---------------------------------------------------------------------------------------------
 namespace {
 
+// Two varlen sequences (20 and 25 tokens) of several chunks (Q = 8): the mutant and bound tests.
+SisoParams two_sequences() {
+  SisoParams p = base(1, 45, 2, 1, 6, 4, 2, 8);
+  p.cu_seqlens = {0, 20, 45};
+  return p;
+}
+
 void set_adt(const SisoParams& p, SisoInputs& in, int64_t b, int64_t h, int64_t t, double v) {
   in.adt[(b * p.H + h) * p.T + t] = v;
 }
@@ -253,7 +205,7 @@ void set_adt(const SisoParams& p, SisoInputs& in, int64_t b, int64_t h, int64_t 
 }  // namespace
 
 TEST_CASE("mamba3 siso backward: chunked form (b) agrees with the recurrent form (a)", "[cpu][L0]") {
-  Worst worst{kSisoGradFields};
+  Worst worst;
   struct Cfg {
     const char* name;
     SisoParams p;
@@ -417,15 +369,13 @@ TEST_CASE("mamba3 siso chunked backward: each mutant changes what it targets", "
   // Two sequences of several chunks with input states: the carry, its decay and the shifted
   // trapezoid term all matter. no_shifted_term_grad changes dtrap / ddt (and the input-state
   // gradients) but not dq / dk / dv, whose terms read the weights, not their adjoints.
-  SisoParams p = base(1, 45, 2, 1, 6, 4, 2, 8);
-  p.cu_seqlens = {0, 20, 45};
+  const SisoParams p = two_sequences();
   const SisoInputs in = make_inputs(p, 700, {.d = true, .z = true, .states = true});
   const Upstream u = make_upstream(p, 701);
   const Grads ref = backward_siso_chunked(p, in, u.d_out, u.df);
   for (const BwdMutant m : kAllSisoBwdMutants) {
     const Grads g = backward_siso_chunked(p, in, u.d_out, u.df, {m, std::nullopt});
-    double worst = 0;
-    for (const auto& fld : kSisoGradFields) worst = std::max(worst, agreement_rel(g.*(fld.f), ref.*(fld.f)));
+    const double worst = worst_change(g, ref);
     INFO(bwd_mutant_name(m) << ": worst agreement_rel " << worst);
     CHECK(worst > 1e-3);
   }
@@ -439,23 +389,10 @@ TEST_CASE("mamba3 siso chunked backward: each mutant changes what it targets", "
 TEST_CASE("mamba3 backward_siso_bound holds every gradient element", "[cpu][L0]") {
   // A sum of absolute terms is >= the absolute value of their sum; and the bound is not slack by
   // orders of magnitude (its largest element within 100x of the gradient's largest).
-  SisoParams p = base(1, 45, 2, 1, 6, 4, 2, 8);
-  p.cu_seqlens = {0, 20, 45};
+  const SisoParams p = two_sequences();
   const SisoInputs in = make_inputs(p, 800, {.d = true, .z = true, .states = true});
   const Upstream u = make_upstream(p, 801);
   const Grads g = backward_siso_recurrent(p, in, u.d_out, u.df);
   const Grads b = backward_siso_bound(p, in, u.d_out, u.df);
-  for (const auto& fld : kSisoGradFields) {
-    const auto &gv = g.*(fld.f), &bv = b.*(fld.f);
-    INFO(fld.name);
-    REQUIRE(gv.size() == bv.size());
-    double gmax = 0, bmax = 0;
-    for (size_t i = 0; i < gv.size(); ++i) {
-      CHECK(std::abs(gv[i]) <= bv[i] * (1 + 1e-12));
-      gmax = std::max(gmax, std::abs(gv[i])), bmax = std::max(bmax, bv[i]);
-    }
-    CHECK(bmax <= 100 * gmax);
-  }
-  REQUIRE(g.dchunk_states.size() == b.dchunk_states.size());
-  for (size_t i = 0; i < g.dchunk_states.size(); ++i) CHECK(std::abs(g.dchunk_states[i]) <= b.dchunk_states[i] * (1 + 1e-12));
+  check_bound_holds(g, b, 100);
 }

@@ -55,6 +55,42 @@ TEST_CASE("SISO: lambda = 1 reduces to Mamba-2's exponential-Euler update (naive
   CHECK(agreement_rel(siso_chunked(p, in).out, expect) <= 1e-13);
 }
 
+namespace {
+
+// Tokens [0, T1) by `first`, the rest by `second` starting from the first call's final (angle, SSM,
+// K, V), against `full` on all T tokens: the same outputs and final states.
+template <class Params, class In, class First, class Second>
+void check_carried(const Params& p, const In& in, int64_t T1, const Result& full, First first, Second second) {
+  const int64_t T = p.T;
+  auto split = [&](int64_t t0, int64_t len) {  // tokens [t0, t0 + len) of every batch row
+    Params q = p;
+    q.T = len;
+    return std::make_pair(q, cut_tokens(in, p.B, T, 0, p.B, t0, len));
+  };
+  auto [p1, s1] = split(0, T1);
+  const Result r1 = first(p1, s1);
+  auto [p2, s2] = split(T1, T - T1);
+  s2.angle_state = r1.final_angle;
+  s2.ssm_state = r1.final_ssm;
+  s2.k_state = r1.final_k;
+  s2.v_state = r1.final_v;
+  const Result r2 = second(p2, s2);
+  std::vector<double> out;
+  const int64_t per = static_cast<int64_t>(full.out.size()) / (p.B * T);  // out values per token
+  for (int64_t b = 0; b < p.B; ++b) {
+    out.insert(out.end(), r1.out.begin() + b * T1 * per, r1.out.begin() + (b + 1) * T1 * per);
+    out.insert(out.end(), r2.out.begin() + b * (T - T1) * per, r2.out.begin() + (b + 1) * (T - T1) * per);
+  }
+  CHECK(agreement_rel(out, full.out) <= kFormAgreement);
+  CHECK(agreement_rel(r2.final_ssm, full.final_ssm) <= kFormAgreement);
+  CHECK(agreement_rel(r2.final_k, full.final_k) <= kFormAgreement);
+  CHECK(agreement_rel(r2.final_v, full.final_v) == 0.0);
+  for (size_t i = 0; i < r2.final_angle.size(); ++i)
+    CHECK(std::remainder(r2.final_angle[i] - full.final_angle[i], 2 * kPi) == Approx(0).margin(1e-12));
+}
+
+}  // namespace
+
 TEST_CASE("Carried states: two calls with the states handed over equal one call", "[cpu][L0]") {
   // Split T = 70 at 29: the second call starts from the first call's (angle, SSM, K, V).
   const int64_t T = 70, T1 = 29;
@@ -70,35 +106,8 @@ TEST_CASE("Carried states: two calls with the states handed over equal one call"
     p.chunk_size = 16;
     Opts o;
     o.states = true;
-    auto in = make_siso(p, 21, o);
-    auto full = siso_chunked(p, in);
-    // Tokens [t0, t0 + len) of both batch rows.
-    auto split = [&](int64_t t0, int64_t len) {
-      SisoParams q = p;
-      q.T = len;
-      return std::make_pair(q, cut_tokens(in, p.B, T, 0, p.B, t0, len));
-    };
-    auto [p1, s1] = split(0, T1);
-    auto r1 = siso_step(p1, s1);
-    auto [p2, s2] = split(T1, T - T1);
-    s2.angle_state = r1.final_angle;
-    s2.ssm_state = r1.final_ssm;
-    s2.k_state = r1.final_k;
-    s2.v_state = r1.final_v;
-    auto r2 = siso_chunked(p2, s2);
-    std::vector<double> out;
-    for (int64_t b = 0; b < p.B; ++b) {
-      const int64_t per = p.H * p.P;
-      out.insert(out.end(), r1.out.begin() + b * T1 * per, r1.out.begin() + (b + 1) * T1 * per);
-      out.insert(out.end(), r2.out.begin() + b * (T - T1) * per, r2.out.begin() + (b + 1) * (T - T1) * per);
-    }
-    CHECK(agreement_rel(out, full.out) <= kFormAgreement);
-    CHECK(agreement_rel(r2.final_ssm, full.final_ssm) <= kFormAgreement);
-    CHECK(agreement_rel(r2.final_k, full.final_k) <= kFormAgreement);
-    CHECK(agreement_rel(r2.final_v, full.final_v) == 0.0);
-    std::vector<double> a = r2.final_angle;
-    for (size_t i = 0; i < a.size(); ++i)
-      CHECK(std::remainder(a[i] - full.final_angle[i], 2 * kPi) == Approx(0).margin(1e-12));
+    const SisoInputs in = make_siso(p, 21, o);
+    check_carried(p, in, T1, siso_chunked(p, in), siso_step, siso_chunked);
   }
   SECTION("MIMO") {
     MimoParams p;
@@ -112,26 +121,8 @@ TEST_CASE("Carried states: two calls with the states handed over equal one call"
     p.chunk_size = 8;
     MOpts o;
     o.states = true;
-    auto in = make_mimo(p, 23, o);
-    auto full = mimo_chunked(p, in);
-    auto cut = [&](int64_t t0, int64_t len) {
-      MimoParams q = p;
-      q.T = len;
-      return std::make_pair(q, cut_tokens(in, p.B, T, 0, p.B, t0, len));
-    };
-    auto [p1, s1] = cut(0, T1);
-    auto r1 = mimo_chunked(p1, s1);
-    auto [p2, s2] = cut(T1, T - T1);
-    s2.angle_state = r1.final_angle;
-    s2.ssm_state = r1.final_ssm;
-    s2.k_state = r1.final_k;
-    s2.v_state = r1.final_v;
-    auto r2 = mimo_step(p2, s2);
-    std::vector<double> out = r1.out;
-    out.insert(out.end(), r2.out.begin(), r2.out.end());
-    CHECK(agreement_rel(out, full.out) <= kFormAgreement);
-    CHECK(agreement_rel(r2.final_ssm, full.final_ssm) <= kFormAgreement);
-    CHECK(agreement_rel(r2.final_k, full.final_k) <= kFormAgreement);
+    const MimoInputs in = make_mimo(p, 23, o);
+    check_carried(p, in, T1, mimo_chunked(p, in), mimo_chunked, mimo_step);
   }
 }
 
