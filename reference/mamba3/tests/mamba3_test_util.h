@@ -222,6 +222,24 @@ inline double worst_change(const Grads& g, const Grads& ref) {
   return w;
 }
 
+// Each chunked-backward mutant moves some gradient by more than 1e-3 (agreement_rel); and
+// no_shifted_term_grad moves the coefficient gradients dtrap, ddt (and what reads dw_0) but not dq /
+// dv, whose terms read the weights, not their adjoints. chunked(opt): the case's chunked backward.
+template <class Chunked>
+void check_bwd_mutants(Chunked chunked, std::span<const BwdMutant> mutants) {
+  const Grads ref = chunked(ChunkedBackwardOptions{});
+  for (const BwdMutant m : mutants) {
+    const double worst = worst_change(chunked(ChunkedBackwardOptions{m, std::nullopt}), ref);
+    INFO(bwd_mutant_name(m) << ": worst agreement_rel " << worst);
+    CHECK(worst > 1e-3);
+  }
+  const Grads gs = chunked(ChunkedBackwardOptions{BwdMutant::no_shifted_term_grad, std::nullopt});
+  CHECK(gs.dq == ref.dq);
+  CHECK(gs.dv == ref.dv);
+  CHECK(agreement_rel(gs.dtrap, ref.dtrap) > 1e-3);
+  CHECK(agreement_rel(gs.ddt, ref.ddt) > 1e-3);
+}
+
 // The bound b holds every gradient element of g (dchunk_states too): a sum of absolute terms is
 // >= the absolute value of their sum; and each gradient's largest bound element is within `slack`
 // of its largest element. Returns the worst max(bound) / max|gradient|.

@@ -34,17 +34,12 @@ TEST_CASE("SISO: step and chunked forms agree to 1e-12 for every chunk size", "[
   const bool states = GENERATE(false, true);
   double worst = 0;
   for (int64_t Q : {int64_t(1), int64_t(3), int64_t(16), int64_t(64), T}) {
-    SisoParams p;
-    p.B = 2;
-    p.T = T;
-    p.H = 4;
-    p.G = 2;
+    SisoParams p{.B = 2, .T = T, .H = 4, .G = 2};
     p.N = 12;  // not a power of two
     p.P = 6;
     p.S = 4;  // 2S < N: the last 4 dims pass through
     p.chunk_size = Q;
-    Opts o;
-    o.states = states;
+    const Opts o{.states = states};
     auto in = make_siso(p, 1000 + T, o);
     auto r = siso_oracle(p, in);
     for (const auto& a : r.agreement) {
@@ -62,20 +57,8 @@ TEST_CASE("SISO: step and chunked forms agree to 1e-12 for every chunk size", "[
 TEST_CASE("SISO: agreement under strong and near-zero decay, without D/Z", "[cpu][L0]") {
   const Decay dc = GENERATE(Decay::strong, Decay::near_zero);
   for (int64_t Q : {int64_t(1), int64_t(16), int64_t(64)}) {
-    SisoParams p;
-    p.B = 1;
-    p.T = 100;
-    p.H = 2;
-    p.G = 1;
-    p.N = 8;
-    p.P = 4;
-    p.S = 4;
-    p.chunk_size = Q;
-    Opts o;
-    o.d = false;
-    o.z = false;
-    o.states = true;
-    o.decay = dc;
+    SisoParams p{.B = 1, .T = 100, .H = 2, .G = 1, .N = 8, .P = 4, .S = 4, .chunk_size = Q};
+    const Opts o{.d = false, .z = false, .states = true, .decay = dc};
     auto r = siso_oracle(p, make_siso(p, 77, o));
     for (const auto& a : r.agreement) {
       INFO("decay=" << int(dc) << " Q=" << Q << " tensor " << a.tensor);
@@ -86,17 +69,8 @@ TEST_CASE("SISO: agreement under strong and near-zero decay, without D/Z", "[cpu
 }
 
 TEST_CASE("SISO: varlen with mid-chunk starts and an empty sequence", "[cpu][L0]") {
-  SisoParams p;
-  p.B = 1;
-  p.T = 90;
-  p.H = 2;
-  p.G = 2;
-  p.N = 8;
-  p.P = 4;
-  p.S = 2;
-  p.cu_seqlens = {0, 5, 5, 40, 90};
-  Opts o;
-  o.states = true;
+  SisoParams p{.B = 1, .T = 90, .H = 2, .G = 2, .N = 8, .P = 4, .S = 2, .cu_seqlens = {0, 5, 5, 40, 90}};
+  const Opts o{.states = true};
   auto in = make_siso(p, 5, o);
   for (int64_t Q : {int64_t(1), int64_t(16), int64_t(64)}) {
     p.chunk_size = Q;
@@ -162,18 +136,13 @@ TEST_CASE("MIMO: step and chunked forms agree to 1e-12 (R, divisor, chunk sizes)
   const int64_t T = GENERATE(1, 33, 65);
   double worst = 0;
   for (int64_t Q : {int64_t(1), int64_t(8), int64_t(16), T}) {
-    MimoParams p;
-    p.B = 2;
-    p.T = T;
-    p.H = 4;
-    p.G = 2;
+    MimoParams p{.B = 2, .T = T, .H = 4, .G = 2};
     p.N = 24;  // not a power of two; divisible by 4
     p.P = 6;
     p.R = R;
     p.rotary_dim_divisor = div;
     p.chunk_size = Q;
-    MOpts o;
-    o.states = (T % 2 == 1);
+    const MOpts o{.states = (T % 2 == 1)};
     auto r = mimo_oracle(p, make_mimo(p, 31 * R + div + T, o));
     for (const auto& a : r.agreement) {
       INFO("R=" << R << " div=" << div << " T=" << T << " Q=" << Q << " tensor " << a.tensor);
@@ -191,15 +160,7 @@ TEST_CASE("MIMO: R = 8 and P = 128 (kernel-port shapes), chunk 8 and 16, T not a
   const int64_t R = GENERATE(4, 8);
   double worst = 0;
   for (int64_t Q : {int64_t(8), int64_t(16)}) {
-    MimoParams p;
-    p.B = 1;
-    p.T = 37;
-    p.H = 1;
-    p.G = 1;
-    p.N = 32;
-    p.P = 128;
-    p.R = R;
-    p.chunk_size = Q;
+    MimoParams p{.B = 1, .T = 37, .H = 1, .G = 1, .N = 32, .P = 128, .R = R, .chunk_size = Q};
     MOpts o;
     auto r = mimo_oracle(p, make_mimo(p, 8 * R + Q, o));
     for (const auto& a : r.agreement) {
@@ -213,17 +174,8 @@ TEST_CASE("MIMO: R = 8 and P = 128 (kernel-port shapes), chunk 8 and 16, T not a
 }
 
 TEST_CASE("SISO: T = 1000 (angles accumulate over many chunks)", "[cpu][L0]") {
-  SisoParams p;
-  p.B = 1;
-  p.T = 1000;
-  p.H = 2;
-  p.G = 1;
-  p.N = 16;
-  p.P = 8;
-  p.S = 8;
-  p.chunk_size = 64;
-  Opts o;
-  o.states = true;
+  SisoParams p{.B = 1, .T = 1000, .H = 2, .G = 1, .N = 16, .P = 8, .S = 8, .chunk_size = 64};
+  const Opts o{.states = true};
   auto r = siso_oracle(p, make_siso(p, 1000, o));
   for (const auto& a : r.agreement) {
     INFO("tensor " << a.tensor);
@@ -235,15 +187,7 @@ TEST_CASE("SISO: T = 1000 (angles accumulate over many chunks)", "[cpu][L0]") {
 }
 
 TEST_CASE("MIMO: options (fused norm, no Phi, pairwise rotation, no Z, varlen, decay)", "[cpu][L0]") {
-  MimoParams p;
-  p.B = 1;
-  p.T = 50;
-  p.H = 2;
-  p.G = 1;
-  p.N = 16;
-  p.P = 8;
-  p.R = 4;
-  p.chunk_size = 16;
+  MimoParams p{.B = 1, .T = 50, .H = 2, .G = 1, .N = 16, .P = 8, .R = 4, .chunk_size = 16};
   MOpts o;
   SECTION("fused pre-gate RMSNorm with weight") { p.fused_norm = true; }
   SECTION("fused pre-gate RMSNorm without weight") {
@@ -291,11 +235,7 @@ TEST_CASE("SISO: two-token hand derivation (trapezoid weights, rotation, states)
   //      beta_1 = (1 - 1/2) * 1 * alpha_1 = 1/4; H_1 = 1/2 H_0 + 1/4 v_0 k_0^T = (0, 1/2);
   //      y_1 = H_1 q_1 = sqrt3/4.
   // Final: angle 2pi/3, ssm (0, 1/2), k = (-1/2, sqrt3/2), v = 0.
-  SisoParams p;
-  p.T = 2;
-  p.N = 2;
-  p.P = 1;
-  p.S = 1;
+  SisoParams p{.T = 2, .N = 2, .P = 1, .S = 1};
   p.chunk_size = GENERATE(1, 2, 64);
   SisoInputs in;
   in.q = {1, 0, 1, 0};
@@ -342,13 +282,7 @@ TEST_CASE("MIMO: same-step rank pairs all interact with weight gamma (hand deriv
   //   D = 0: y_0 = 3, y_1 = 2; out = Phi_0 y_0 + Phi_1 y_1 = 1*3 + 10*2 = 23.
   //   D = 1/2: y_0 = 3 + 1 = 4, y_1 = 2 + 1.5 = 3.5; out = 4 + 35 = 39.
   // Without Phi the output keeps R: (y_0, y_1).
-  MimoParams p;
-  p.T = 1;
-  p.N = 4;
-  p.P = 1;
-  p.R = 2;
-  p.rotary_dim_divisor = 2;
-  p.chunk_size = 8;
+  MimoParams p{.T = 1, .N = 4, .P = 1, .R = 2, .rotary_dim_divisor = 2, .chunk_size = 8};
   MimoInputs in;
   in.q = {1, 0, 0, 0, 0, 1, 0, 0};
   in.k = {0, 1, 0, 0, 1, 0, 0, 0};
@@ -413,13 +347,7 @@ TEST_CASE("MIMO: rotation pairing conventions (half-split vs adjacent) on the fi
       {4, true, {-2, 1, 3 * c - 4 * s, 3 * s + 4 * c, 5, 6, 7, 8}},
   };
   for (const auto& cs : cases) {
-    MimoParams p;
-    p.T = 1;
-    p.N = 8;
-    p.P = 1;
-    p.R = 1;
-    p.rotary_dim_divisor = cs.div;
-    p.rotate_pairwise = cs.pairwise;
+    MimoParams p{.T = 1, .N = 8, .P = 1, .R = 1, .rotary_dim_divisor = cs.div, .rotate_pairwise = cs.pairwise};
     MimoInputs in = one_token_key<MimoInputs>();
     in.psi = {1};
     in.angles.assign(p.S(), 0.0);
@@ -431,11 +359,7 @@ TEST_CASE("MIMO: rotation pairing conventions (half-split vs adjacent) on the fi
     }
   }
   // SISO uses adjacent pairs; S = 1 < N/2 leaves dims 2.. untouched.
-  SisoParams p;
-  p.T = 1;
-  p.N = 8;
-  p.P = 1;
-  p.S = 1;
+  SisoParams p{.T = 1, .N = 8, .P = 1, .S = 1};
   SisoInputs in = one_token_key<SisoInputs>();
   in.angles = {std::atanh(0.5)};
   const std::vector<double> expect = {-2, 1, 3, 4, 5, 6, 7, 8};
@@ -447,14 +371,7 @@ TEST_CASE("MIMO: fused pre-gate RMSNorm is an RMS over P per rank, then w, silu(
   // T = 1, R = 1, N = 2, P = 2, no rotation, q = k = (1, 0), DT = 2, Trap = 0 -> gamma = 1,
   // Psi = 1, V = (3, 4): y = gamma (q.k) v = (3, 4) (D absent). mean(y^2) = 12.5.
   // out_p = Phi_p * y_p / sqrt(12.5 + eps) * w_p * silu(Z_p zeta_p), silu computed here.
-  MimoParams p;
-  p.T = 1;
-  p.N = 2;
-  p.P = 2;
-  p.R = 1;
-  p.rotary_dim_divisor = 2;
-  p.fused_norm = true;
-  p.norm_eps = 1e-5;
+  MimoParams p{.T = 1, .N = 2, .P = 2, .R = 1, .rotary_dim_divisor = 2, .fused_norm = true, .norm_eps = 1e-5};
   MimoInputs in;
   in.q = {1, 0};
   in.k = {1, 0};

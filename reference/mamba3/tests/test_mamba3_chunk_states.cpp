@@ -37,23 +37,10 @@ TEST_CASE("Mutants: every deliberate bug moves the output away from the step for
                                         Variant::no_state_passing, Variant::no_chunk_decay,
                                         Variant::wrong_pairing,    Variant::double_sigmoid,
                                         Variant::row_mask};
-  SisoParams sp;
-  sp.T = 130;
-  sp.H = 2;
-  sp.N = 16;
-  sp.P = 16;
-  sp.S = 8;
-  sp.chunk_size = 16;
-  Opts so;
-  so.states = true;
+  SisoParams sp{.T = 130, .H = 2, .N = 16, .P = 16, .S = 8, .chunk_size = 16};
+  const Opts so{.states = true};
   SisoInputs si = make_siso(sp, 606, so);
-  MimoParams mp;
-  mp.T = 65;
-  mp.H = 2;
-  mp.N = 16;
-  mp.P = 32;
-  mp.R = 4;
-  mp.chunk_size = 16;
+  MimoParams mp{.T = 65, .H = 2, .N = 16, .P = 32, .R = 4, .chunk_size = 16};
   MOpts mo;
   MimoInputs mi = make_mimo(mp, 607, mo);
   const std::vector<detail::Problem> problems = {detail::make_problem(sp, si), detail::make_problem(mp, mi)};
@@ -74,15 +61,8 @@ TEST_CASE("Mutants: every deliberate bug moves the output away from the step for
 }
 
 TEST_CASE("bf16 angle path: stored angles are bf16 values within half an ulp of the exact ones", "[cpu][L0]") {
-  SisoParams sp;
-  sp.T = 200;
-  sp.H = 2;
-  sp.N = 16;
-  sp.P = 8;
-  sp.S = 8;
-  sp.chunk_size = 64;
-  Opts so;
-  so.states = true;
+  SisoParams sp{.T = 200, .H = 2, .N = 16, .P = 8, .S = 8, .chunk_size = 64};
+  const Opts so{.states = true};
   SisoInputs si = make_siso(sp, 611, so);
   round_bf16(si.angles);
   auto pb = detail::make_problem(sp, si);
@@ -105,13 +85,7 @@ TEST_CASE("bf16 angle path: stored angles are bf16 values within half an ulp of 
 TEST_CASE("Chunk start states localize a chunking bug to its first bad chunk", "[cpu][L0]") {
   // The shifted-term-reset mutant drops (1 - lambda_{t0}) DT_{t0} v_{t0-1} k_{t0-1}^T at every chunk
   // start t0 = cQ > 0: chunk 0's start state is still right, chunk 1's is the first wrong one.
-  SisoParams p;
-  p.T = 70;
-  p.H = 1;
-  p.N = 8;
-  p.P = 4;
-  p.S = 4;
-  p.chunk_size = 16;
+  SisoParams p{.T = 70, .H = 1, .N = 8, .P = 4, .S = 4, .chunk_size = 16};
   Opts o;
   auto in = make_siso(p, 71, o);
   auto pb = detail::make_problem(p, in);
@@ -228,13 +202,7 @@ TEST_CASE("Chunk-state bounds: >= |value|, and the truncated problem's final_ssm
   SECTION("SISO") {
     const bool states = GENERATE(false, true);
     const bool varlen = GENERATE(false, true);
-    SisoParams p;
-    p.H = 2;
-    p.G = 1;
-    p.N = 8;
-    p.P = 3;
-    p.S = 3;
-    p.chunk_size = 8;
+    SisoParams p{.H = 2, .G = 1, .N = 8, .P = 3, .S = 3, .chunk_size = 8};
     if (varlen) {
       p.B = 1;
       p.T = 45;
@@ -243,8 +211,7 @@ TEST_CASE("Chunk-state bounds: >= |value|, and the truncated problem's final_ssm
       p.B = 2;
       p.T = 37;  // 4 full chunks and a 5-token tail
     }
-    Opts o;
-    o.states = states;
+    const Opts o{.states = states};
     const auto in = make_siso(p, 901 + 2 * states + varlen, o);
     worst = check_chunk_bounds(p, in, 1, p.S, {}, siso_step_fn, siso_ch_fn);
     // The oracle exposes the step form's bound under the intermediate's name, with its shape.
@@ -261,13 +228,7 @@ TEST_CASE("Chunk-state bounds: >= |value|, and the truncated problem's final_ssm
   SECTION("MIMO") {
     const bool states = GENERATE(false, true);
     const bool varlen = GENERATE(false, true);
-    MimoParams p;
-    p.H = 2;
-    p.N = 8;
-    p.P = 3;
-    p.R = varlen ? 3 : 2;
-    p.rotary_dim_divisor = 2;
-    p.chunk_size = 4;
+    MimoParams p{.H = 2, .N = 8, .P = 3, .R = varlen ? 3 : 2, .rotary_dim_divisor = 2, .chunk_size = 4};
     if (varlen) {
       p.B = 1;
       p.T = 30;
@@ -276,8 +237,7 @@ TEST_CASE("Chunk-state bounds: >= |value|, and the truncated problem's final_ssm
       p.B = 2;
       p.T = 19;
     }
-    MOpts o;
-    o.states = states;
+    const MOpts o{.states = states};
     const auto in = make_mimo(p, 911 + 2 * states + varlen, o);
     worst = check_chunk_bounds(p, in, p.R, p.S(), in.psi, mimo_step_fn, mimo_ch_fn);
     const OracleResult orr = mimo_oracle(p, in);
@@ -291,15 +251,8 @@ TEST_CASE("Chunk-state bounds: >= |value|, and the truncated problem's final_ssm
 }
 
 TEST_CASE("Chunk-state bounds equal the chunk states when every term is nonnegative", "[cpu][L0]") {
-  MimoParams p;
-  p.T = 23;
-  p.H = 2;
-  p.N = 8;
-  p.P = 4;
-  p.R = 2;
-  p.chunk_size = 5;
-  MOpts o;
-  o.states = true;
+  MimoParams p{.T = 23, .H = 2, .N = 8, .P = 4, .R = 2, .chunk_size = 5};
+  const MOpts o{.states = true};
   auto in = make_mimo(p, 5, o);
   for (auto* x : {&in.q, &in.k, &in.v, &in.psi, &in.q_bias, &in.k_bias, &in.ssm_state, &in.k_state, &in.v_state})
     for (auto& e : *x) e = std::fabs(e);

@@ -25,16 +25,8 @@ TEST_CASE("SISO: lambda = 1 reduces to Mamba-2's exponential-Euler update (naive
   // Trap = 60 gives lambda = 1 - 8.8e-27 = 1 in fp64, so beta = 0 and gamma = DT:
   //   y_t = sum_{s <= t} exp(sum_{m=s+1..t} ADT_m) DT_s (q_t . k_s) v_s + D v_t,
   // with q, k rotated by their own cumulative angles; here S = 0 (no rotation), so q_t = Q_t + b.
-  SisoParams p;
-  p.T = 40;
-  p.H = 2;
-  p.G = 1;
-  p.N = 6;
-  p.P = 3;
-  p.S = 0;
-  p.chunk_size = 16;
-  Opts o;
-  o.z = false;
+  SisoParams p{.T = 40, .H = 2, .G = 1, .N = 6, .P = 3, .S = 0, .chunk_size = 16};
+  const Opts o{.z = false};
   auto in = make_siso(p, 11, o);
   in.trap.assign(in.trap.size(), 60.0);
   std::vector<double> expect(p.T * p.H * p.P, 0.0);
@@ -95,32 +87,14 @@ TEST_CASE("Carried states: two calls with the states handed over equal one call"
   // Split T = 70 at 29: the second call starts from the first call's (angle, SSM, K, V).
   const int64_t T = 70, T1 = 29;
   SECTION("SISO") {
-    SisoParams p;
-    p.B = 2;
-    p.T = T;
-    p.H = 2;
-    p.G = 1;
-    p.N = 8;
-    p.P = 4;
-    p.S = 3;
-    p.chunk_size = 16;
-    Opts o;
-    o.states = true;
+    SisoParams p{.B = 2, .T = T, .H = 2, .G = 1, .N = 8, .P = 4, .S = 3, .chunk_size = 16};
+    const Opts o{.states = true};
     const SisoInputs in = make_siso(p, 21, o);
     check_carried(p, in, T1, siso_chunked(p, in), siso_step, siso_chunked);
   }
   SECTION("MIMO") {
-    MimoParams p;
-    p.B = 1;
-    p.T = T;
-    p.H = 2;
-    p.G = 1;
-    p.N = 8;
-    p.P = 4;
-    p.R = 2;
-    p.chunk_size = 8;
-    MOpts o;
-    o.states = true;
+    MimoParams p{.B = 1, .T = T, .H = 2, .G = 1, .N = 8, .P = 4, .R = 2, .chunk_size = 8};
+    const MOpts o{.states = true};
     const MimoInputs in = make_mimo(p, 23, o);
     check_carried(p, in, T1, mimo_chunked(p, in), mimo_chunked, mimo_step);
   }
@@ -130,15 +104,8 @@ TEST_CASE("Chunk start states are the prefix's final state folded with the next 
           "[cpu][L0]") {
   // For chunk c starting at t0 = cQ: S_c = H_{t0-1} + (1 - lambda_{t0}) DT_{t0} v_{t0-1} k_{t0-1}^T,
   // with H_{t0-1}, k_{t0-1}, v_{t0-1} the final states of a run over the prefix [0, t0).
-  SisoParams p;
-  p.T = 50;
-  p.H = 1;
-  p.N = 4;
-  p.P = 3;
-  p.S = 2;
-  p.chunk_size = 16;
-  Opts o;
-  o.states = true;
+  SisoParams p{.T = 50, .H = 1, .N = 4, .P = 3, .S = 2, .chunk_size = 16};
+  const Opts o{.states = true};
   auto in = make_siso(p, 41, o);
   auto full = siso_chunked(p, in);
   REQUIRE(int64_t(full.chunk_states.size()) == 4 * p.P * p.N);
@@ -170,15 +137,8 @@ TEST_CASE("Chunk start states are the prefix's final state folded with the next 
 }
 
 TEST_CASE("Bounds: >= |value| everywhere, equal when every term is nonnegative", "[cpu][L0]") {
-  MimoParams p;
-  p.T = 45;
-  p.H = 2;
-  p.N = 8;
-  p.P = 4;
-  p.R = 2;
-  p.chunk_size = 8;
-  MOpts o;
-  o.states = true;
+  MimoParams p{.T = 45, .H = 2, .N = 8, .P = 4, .R = 2, .chunk_size = 8};
+  const MOpts o{.states = true};
   auto in = make_mimo(p, 3, o);
   for (const Result& r : {mimo_step(p, in), mimo_chunked(p, in)}) {
     for (size_t i = 0; i < r.out.size(); ++i) CHECK(r.out_bound[i] >= std::fabs(r.out[i]) * (1 - 1e-14));
@@ -202,14 +162,7 @@ TEST_CASE("Bounds: >= |value| everywhere, equal when every term is nonnegative",
 }
 
 TEST_CASE("Pre-gate output: equals out without a gate, and out = pregate * silu(Z) with one", "[cpu][L0]") {
-  SisoParams p;
-  p.B = 2;
-  p.T = 20;
-  p.H = 2;
-  p.N = 8;
-  p.P = 4;
-  p.S = 4;
-  p.chunk_size = 8;
+  SisoParams p{.B = 2, .T = 20, .H = 2, .N = 8, .P = 4, .S = 4, .chunk_size = 8};
   Opts o;
   auto in = make_siso(p, 13, o);
   auto gated = siso_step(p, in);
@@ -230,14 +183,8 @@ TEST_CASE("ADT = -inf is a clean reset in both forms (no NaN)", "[cpu][L0]") {
   // With alpha_t = 0 (and so beta_t = 0), H_t = gamma_t v_t k_t^T: from token t on, the output is
   // that of a fresh run that starts at t with zero SSM/K/V states and the angle state phi_{t-1}.
   const int64_t T = 48, tr = 21;
-  MimoParams p;
-  p.T = T;
-  p.H = 1;
-  p.N = 8;
-  p.P = 4;
-  p.R = 2;
-  MOpts o;
-  o.states = true;
+  MimoParams p{.T = T, .H = 1, .N = 8, .P = 4, .R = 2};
+  const MOpts o{.states = true};
   auto in = make_mimo(p, 17, o);
   in.adt[tr] = -HUGE_VAL;
   for (int64_t Q : {int64_t(1), int64_t(8), int64_t(16)}) {
@@ -282,11 +229,7 @@ TEST_CASE("ADT = -inf is a clean reset in both forms (no NaN)", "[cpu][L0]") {
 }
 
 TEST_CASE("Invalid inputs are rejected", "[cpu][L0]") {
-  SisoParams p;
-  p.T = 4;
-  p.N = 4;
-  p.P = 2;
-  p.S = 2;
+  SisoParams p{.T = 4, .N = 4, .P = 2, .S = 2};
   Opts o;
   auto in = make_siso(p, 1, o);
   SECTION("positive ADT") {
@@ -310,14 +253,8 @@ TEST_CASE("Invalid inputs are rejected", "[cpu][L0]") {
     CHECK_THROWS_AS(siso_step(p, in), InputError);
   }
   SECTION("MIMO fused norm without Z") {
-    MimoParams m;
-    m.T = 4;
-    m.N = 8;
-    m.P = 2;
-    m.R = 2;
-    m.fused_norm = true;
-    MOpts mo;
-    mo.z = false;
+    MimoParams m{.T = 4, .N = 8, .P = 2, .R = 2, .fused_norm = true};
+    const MOpts mo{.z = false};
     auto mi = make_mimo(m, 2, mo);
     CHECK_THROWS_AS(mimo_step(m, mi), InputError);
   }
