@@ -167,6 +167,14 @@ inline double worst_agreement(const OracleResult& r) {
   return w;
 }
 
+// Every agreement of an oracle result within kFormAgreement (the caller's INFO names the case).
+inline void check_agreement(const OracleResult& r) {
+  for (const auto& a : r.agreement) {
+    INFO("tensor " << a.tensor << " (" << a.form_a << " vs " << a.form_b << ")");
+    CHECK(a.max_rel <= kFormAgreement);
+  }
+}
+
 inline const Output& output(const OracleResult& r, const std::string& name) {
   for (const auto& o : r.outputs)
     if (o.expected.name == name) return o;
