@@ -367,19 +367,6 @@ void run_all(const Problem& pb, const Result& fw, const ChunkedBackwardOptions& 
     }
 }
 
-}  // namespace
-
-std::string_view bwd_mutant_name(BwdMutant m) {
-  switch (m) {
-    case BwdMutant::none: return "none";
-    case BwdMutant::adjoint_no_decay: return "bwd_adjoint_no_decay";
-    case BwdMutant::no_adjoint_carry: return "bwd_no_adjoint_carry";
-    case BwdMutant::no_shifted_term_grad: return "bwd_no_shifted_term_grad";
-    case BwdMutant::diag_same_rank_only: return "bwd_diag_same_rank_only";
-  }
-  return "?";
-}
-
 // Both entry points: validated problem and upstream gradients, the chunked forward (folded
 // chunk-start states and the pre-gate output), then the reverse sweep.
 template <class Params, class In>
@@ -392,6 +379,19 @@ Grads chunked_backward(const char* who, const Params& p, const In& in, const std
   Grads gr = detail::zero_grads(in);
   run_all(pb, fw, opt, d_out, dfinal, gr);
   return gr;
+}
+
+}  // namespace
+
+std::string_view bwd_mutant_name(BwdMutant m) {
+  switch (m) {
+    case BwdMutant::none: return "none";
+    case BwdMutant::adjoint_no_decay: return "bwd_adjoint_no_decay";
+    case BwdMutant::no_adjoint_carry: return "bwd_no_adjoint_carry";
+    case BwdMutant::no_shifted_term_grad: return "bwd_no_shifted_term_grad";
+    case BwdMutant::diag_same_rank_only: return "bwd_diag_same_rank_only";
+  }
+  return "?";
 }
 
 Grads backward_siso_chunked(const SisoParams& p, const SisoInputs& in, const std::vector<double>& d_out,

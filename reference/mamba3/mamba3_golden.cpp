@@ -97,9 +97,7 @@ void extra_chunks(const Problem& pb, const Result& st, const std::vector<int64_t
   }
 }
 
-}  // namespace
-
-// Both variants: the step and chunked forms of one problem, assembled (bit for bit as before).
+// Both variants: the step and chunked forms of one problem, assembled.
 template <class Params, class In>
 OracleResult oracle_of(const Params& p, const In& in) {
   const Problem pb = detail::make_problem(p, in);
@@ -108,6 +106,8 @@ OracleResult oracle_of(const Params& p, const In& in) {
   extra_chunks(pb, st, p.extra_chunk_sizes, o);
   return o;
 }
+
+}  // namespace
 
 OracleResult siso_oracle(const SisoParams& p, const SisoInputs& in) { return oracle_of(p, in); }
 OracleResult mimo_oracle(const MimoParams& p, const MimoInputs& in) { return oracle_of(p, in); }

@@ -35,9 +35,9 @@ inline void two_sum(double a, double b, double& s, double& e) {
 
 enum class Pairing { adjacent, half_split };
 
-// Deliberate bugs for the CPU mutant tests (tests/test_mamba3.cpp) and calibration; honoured by the
-// chunked form only. `bf16_kernel` is not a bug: it rounds at the bf16 kernels' rounding points
-// (rotated q/k, Psi*V, scores, the carried state, the trap-scaled k, the output) to
+// Deliberate bugs for the CPU mutant tests (tests/test_mamba3_chunk_states.cpp) and calibration;
+// honoured by the chunked form only. `bf16_kernel` is not a bug: it rounds at the bf16 kernels'
+// rounding points (rotated q/k, Psi*V, scores, the carried state, the trap-scaled k, the output) to
 // Problem::kernel_dtype, to emulate a correct bf16 (or fp16) kernel that a tolerance must accept.
 enum class Variant {
   exact,

@@ -165,7 +165,7 @@ TEST_CASE("mamba3 siso backward: gradcheck, varlen with an empty sequence, and a
   REQUIRE(std::exp(-800.0) == 0.0);
   const Upstream ur = make_upstream(pr, 23);
   CHECK(gradcheck("ADT resets (alpha = 0), D, Z, states", pr, ir, ur) < kTol);
-  check_inf_reset([&](const auto& i, const auto& d_out, const auto& df) { return backward_siso_recurrent(pr, i, d_out, df); },
+  check_inf_reset([&](const auto& i, const auto& d, const auto& f) { return backward_siso_recurrent(pr, i, d, f); },
                   ir, ur, r0, r1);
 }
 
@@ -173,14 +173,14 @@ TEST_CASE("mamba3 siso backward: no gradient crosses a varlen reset", "[cpu][L0]
   SisoParams p = base(1, 9, 2, 1, 4, 3, 2, 2);
   p.cu_seqlens = {0, 4, 9};
   const SisoInputs in = make_inputs(p, 30, {.d = false, .z = true, .states = true});
-  check_varlen_isolation([&](const auto& i, const auto& d_out, const auto& df) { return backward_siso_recurrent(p, i, d_out, df); },
-                         [&](const SisoInputs& i, const Upstream& u) { return loss(p, i, u); }, in, make_upstream(p, 31),
-                         p.T, 4);
+  auto backward = [&](const auto& i, const auto& d, const auto& f) { return backward_siso_recurrent(p, i, d, f); };
+  auto step_loss = [&](const SisoInputs& i, const Upstream& u) { return loss(p, i, u); };
+  check_varlen_isolation(backward, step_loss, in, make_upstream(p, 31), p.T, 4);
 }
 
 TEST_CASE("mamba3 siso backward: malformed upstream gradients and inputs are refused", "[cpu][L0]") {
   const SisoParams p = base(2, 3, 1, 1, 4, 2, 2, 2);
-  check_refusals([&](const SisoInputs& i, const auto& d_out, const auto& df) { return backward_siso_recurrent(p, i, d_out, df); },
+  check_refusals([&](const auto& i, const auto& d, const auto& f) { return backward_siso_recurrent(p, i, d, f); },
                  make_inputs(p, 40, {.d = true, .z = true, .states = true}), make_upstream(p, 41));
 }
 
@@ -361,7 +361,7 @@ TEST_CASE("mamba3 siso backward: chunked form (b), adjoint of the chunk-start st
 
 TEST_CASE("mamba3 siso backward: chunked form (b) refuses malformed upstream gradients", "[cpu][L0]") {
   const SisoParams p = base(2, 3, 1, 1, 4, 2, 2, 2);
-  check_refusals([&](const SisoInputs& i, const auto& d_out, const auto& df) { return backward_siso_chunked(p, i, d_out, df); },
+  check_refusals([&](const auto& i, const auto& d, const auto& f) { return backward_siso_chunked(p, i, d, f); },
                  make_inputs(p, 40, {.d = true, .z = true, .states = true}), make_upstream(p, 41));
 }
 

@@ -242,7 +242,7 @@ TEST_CASE("mamba3 mimo backward: gradcheck, varlen with an empty sequence, and -
   REQUIRE(std::exp(-800.0) == 0.0);
   const Upstream ur = make_upstream(pr, ir, 33);
   CHECK(gradcheck("ADT resets (alpha = 0), R=3, Phi Z D, states", pr, ir, ur) < kTol);
-  check_inf_reset([&](const auto& i, const auto& d_out, const auto& df) { return backward_mimo_recurrent(pr, i, d_out, df); },
+  check_inf_reset([&](const auto& i, const auto& d, const auto& f) { return backward_mimo_recurrent(pr, i, d, f); },
                   ir, ur, r0, r1);
 }
 
@@ -250,9 +250,9 @@ TEST_CASE("mamba3 mimo backward: no gradient crosses a varlen boundary", "[cpu][
   MimoParams p = base(1, 9, 2, 1, 4, 3, 2, 2, false, 2);
   p.cu_seqlens = {0, 4, 9};
   const MimoInputs in = make_inputs(p, 40, {.d = true, .z = true, .phi = false, .states = true});  // out keeps R
-  check_varlen_isolation([&](const auto& i, const auto& d_out, const auto& df) { return backward_mimo_recurrent(p, i, d_out, df); },
-                         [&](const MimoInputs& i, const Upstream& u) { return loss(p, i, u); }, in, make_upstream(p, in, 41),
-                         p.T, 4);
+  auto backward = [&](const auto& i, const auto& d, const auto& f) { return backward_mimo_recurrent(p, i, d, f); };
+  auto step_loss = [&](const MimoInputs& i, const Upstream& u) { return loss(p, i, u); };
+  check_varlen_isolation(backward, step_loss, in, make_upstream(p, in, 41), p.T, 4);
 }
 
 namespace {
@@ -342,7 +342,7 @@ TEST_CASE("mamba3 mimo backward: R = 1 with Psi = zeta = Phi = 1 equals the SISO
 TEST_CASE("mamba3 mimo backward: malformed upstream gradients and inputs are refused", "[cpu][L0]") {
   MimoParams p = base(2, 3, 1, 1, 4, 2, 2, 2, false, 2);
   const MimoInputs in = make_inputs(p, 70, {.states = true});
-  check_refusals([&](const MimoInputs& i, const auto& d_out, const auto& df) { return backward_mimo_recurrent(p, i, d_out, df); },
+  check_refusals([&](const auto& i, const auto& d, const auto& f) { return backward_mimo_recurrent(p, i, d, f); },
                  in, make_upstream(p, in, 71));
   // Without Phi, d_out must keep the rank axis.
   MimoInputs np = in;
@@ -458,13 +458,14 @@ TEST_CASE("mamba3 backward_mimo_bound holds every gradient element", "[cpu][L0]"
     const Grads b = backward_mimo_bound(p, in, u.d_out, u.df);
     INFO("fused norm " << norm);
     const double worst_slack = check_bound_holds(g, b, slack);
-    std::printf("mamba3 backward_mimo_bound, fused norm %d: worst max(bound) / max|gradient| %.3g\n", norm, worst_slack);
+    std::printf("mamba3 backward_mimo_bound, fused norm %d: worst max(bound) / max|gradient| %.3g\n", norm,
+                worst_slack);
   }
 }
 
 TEST_CASE("mamba3 mimo backward: chunked form (b) refuses malformed upstream gradients", "[cpu][L0]") {
   MimoParams p = base(2, 3, 1, 1, 4, 2, 2, 2, false, 2);
   const MimoInputs in = make_inputs(p, 72, {.states = true});
-  check_refusals([&](const MimoInputs& i, const auto& d_out, const auto& df) { return backward_mimo_chunked(p, i, d_out, df); },
+  check_refusals([&](const auto& i, const auto& d, const auto& f) { return backward_mimo_chunked(p, i, d, f); },
                  in, make_upstream(p, in, 73));
 }
