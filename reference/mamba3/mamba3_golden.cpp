@@ -25,6 +25,39 @@ double angle_agreement(std::vector<double> a, const std::vector<double>& b) {
   return agreement_rel(a, b);
 }
 
+// The step-vs-chunked agreements the goldens record, in their order: the tensor, whether it is
+// compared modulo 2pi (angle_agreement), and whether the extra chunk sizes record it too.
+struct Agreed {
+  const char* name;
+  std::vector<double> Result::*f;
+  bool circular, extra;
+};
+constexpr Agreed kAgreed[] = {
+    {"out", &Result::out, false, true},
+    {"out_bound", &Result::out_bound, false, true},
+    {"out_pregate", &Result::out_pregate, false, false},
+    {"final_angle", &Result::final_angle, true, true},
+    {"final_ssm", &Result::final_ssm, false, true},
+    {"final_ssm_bound", &Result::final_ssm_bound, false, false},
+    {"final_ssm_rot_bound", &Result::final_ssm_rot_bound, false, false},
+    {"final_k", &Result::final_k, false, true},
+    {"final_k_bound", &Result::final_k_bound, false, false},
+    {"final_angle_bound", &Result::final_angle_bound, false, false},
+    {"final_v", &Result::final_v, false, false},
+    {"chunk_states", &Result::chunk_states, false, false},
+    {"chunk_states_bound", &Result::chunk_states_bound, false, false},
+};
+
+// The agreement of the chunked result ch (form `form`) with the step result st on every tensor of
+// kAgreed (extra_only: those the extra chunk sizes record).
+void add_agreements(const Result& st, const Result& ch, const std::string& form, bool extra_only, OracleResult& o) {
+  for (const Agreed& a : kAgreed) {
+    if (extra_only && !a.extra) continue;
+    const double v = a.circular ? angle_agreement(ch.*(a.f), st.*(a.f)) : agreement_rel(ch.*(a.f), st.*(a.f));
+    o.agreement.push_back({a.name, "step", form, v});
+  }
+}
+
 OracleResult assemble(const Problem& pb, const Result& st, const Result& ch, DType out_dtype,
                       bool varlen) {
   OracleResult o;
@@ -37,9 +70,7 @@ OracleResult assemble(const Problem& pb, const Result& st, const Result& ch, DTy
     if (bound) out.bound = *bound;
     o.outputs.push_back(std::move(out));
   };
-  if (pb.phi)
-    add("out", {"B", "T", "H", "P"}, {pb.B, pb.T, pb.H, pb.P}, out_dtype, st.out, &st.out_bound);
-  else if (pb.mimo)
+  if (pb.mimo && !pb.phi)  // MIMO without the down-projection keeps the rank axis
     add("out", {"B", "T", "R", "H", "P"}, {pb.B, pb.T, pb.R, pb.H, pb.P}, out_dtype, st.out, &st.out_bound);
   else
     add("out", {"B", "T", "H", "P"}, {pb.B, pb.T, pb.H, pb.P}, out_dtype, st.out, &st.out_bound);
@@ -64,20 +95,7 @@ OracleResult assemble(const Problem& pb, const Result& st, const Result& ch, DTy
   // out_pregate stays out of the goldens (R x the output size); it is in Result and its agreement
   // is checked below.
 
-  auto agree = [&](const char* name, double v) { o.agreement.push_back({name, "step", "chunked", v}); };
-  agree("out", agreement_rel(ch.out, st.out));
-  agree("out_bound", agreement_rel(ch.out_bound, st.out_bound));
-  agree("out_pregate", agreement_rel(ch.out_pregate, st.out_pregate));
-  agree("final_angle", angle_agreement(ch.final_angle, st.final_angle));
-  agree("final_ssm", agreement_rel(ch.final_ssm, st.final_ssm));
-  agree("final_ssm_bound", agreement_rel(ch.final_ssm_bound, st.final_ssm_bound));
-  agree("final_ssm_rot_bound", agreement_rel(ch.final_ssm_rot_bound, st.final_ssm_rot_bound));
-  agree("final_k", agreement_rel(ch.final_k, st.final_k));
-  agree("final_k_bound", agreement_rel(ch.final_k_bound, st.final_k_bound));
-  agree("final_angle_bound", agreement_rel(ch.final_angle_bound, st.final_angle_bound));
-  agree("final_v", agreement_rel(ch.final_v, st.final_v));
-  agree("chunk_states", agreement_rel(ch.chunk_states, st.chunk_states));
-  agree("chunk_states_bound", agreement_rel(ch.chunk_states_bound, st.chunk_states_bound));
+  add_agreements(st, ch, "chunked", /*extra_only=*/false, o);
   return o;
 }
 
@@ -87,13 +105,7 @@ void extra_chunks(const Problem& pb, const Result& st, const std::vector<int64_t
     Problem pq = pb;
     detail::set_chunk(pq, q);
     const Result ch = detail::run_chunked(pq);
-    const std::string form = fmt::format("chunked(Q={})", q);
-    auto agree = [&](const char* name, double v) { o.agreement.push_back({name, "step", form, v}); };
-    agree("out", agreement_rel(ch.out, st.out));
-    agree("out_bound", agreement_rel(ch.out_bound, st.out_bound));
-    agree("final_angle", angle_agreement(ch.final_angle, st.final_angle));
-    agree("final_ssm", agreement_rel(ch.final_ssm, st.final_ssm));
-    agree("final_k", agreement_rel(ch.final_k, st.final_k));
+    add_agreements(st, ch, fmt::format("chunked(Q={})", q), /*extra_only=*/true, o);
   }
 }
 
