@@ -1,11 +1,8 @@
-// Mamba-3 public entry points: input validation, the SISO/MIMO -> Problem mapping, and the
-// OracleResult assembly (both forms, measured agreement). Semantics: mamba3.h.
+// Mamba-3 public entry points: input validation and the SISO/MIMO -> Problem mapping (the golden
+// assembly, both forms and their agreement: mamba3_golden.cpp). Semantics: mamba3.h.
 #include "reference/mamba3/mamba3.h"
 
 #include <cmath>
-#include <string>
-
-#include <fmt/format.h>
 
 #include "reference/core/check.h"
 #include "reference/mamba3/mamba3_internal.h"
@@ -13,6 +10,13 @@
 namespace assay::mamba3 {
 
 namespace detail {
+
+void set_chunk(Problem& pb, int64_t q) {
+  ASSAY_INPUT_CHECK(q >= 1, "mamba3: chunk_size={} must be >= 1", q);
+  pb.chunk = q;
+  pb.chunk_off.assign(1, 0);
+  for (int64_t len : pb.seq_len) pb.chunk_off.push_back(pb.chunk_off.back() + (len + q - 1) / q);
+}
 
 Result make_result(const Problem& pb) {
   Result r;
@@ -43,6 +47,7 @@ Result make_result(const Problem& pb) {
 namespace {
 
 using detail::Problem;
+using detail::set_chunk;
 
 void check_size(const std::vector<double>& x, int64_t n, const char* name, bool allow_neg_inf = false) {
   ASSAY_INPUT_CHECK(static_cast<int64_t>(x.size()) == n, "mamba3: {} has {} values, expected {}", name,
@@ -55,13 +60,6 @@ const double* opt(const std::vector<double>& x, int64_t n, const char* name) {
   if (x.empty()) return nullptr;
   check_size(x, n, name);
   return x.data();
-}
-
-void set_chunk(Problem& pb, int64_t q) {
-  ASSAY_INPUT_CHECK(q >= 1, "mamba3: chunk_size={} must be >= 1", q);
-  pb.chunk = q;
-  pb.chunk_off.assign(1, 0);
-  for (int64_t len : pb.seq_len) pb.chunk_off.push_back(pb.chunk_off.back() + (len + q - 1) / q);
 }
 
 // Common dimension checks and sequence layout. Requires pb.{B,T,H,G,N,P,R,S,chunk,pairing} set.
@@ -134,7 +132,9 @@ void bind_common(Problem& pb, const In& in) {
   pb.init_v = opt(in.v_state, NS * H * P, "v_state");
 }
 
-Problem siso_problem(const SisoParams& p, const SisoInputs& in) {
+// The fields both variants' parameters name alike.
+template <class Params>
+Problem common_dims(const Params& p) {
   Problem pb;
   pb.B = p.B;
   pb.T = p.T;
@@ -142,10 +142,15 @@ Problem siso_problem(const SisoParams& p, const SisoInputs& in) {
   pb.G = p.G;
   pb.N = p.N;
   pb.P = p.P;
+  pb.chunk = p.chunk_size;
+  return pb;
+}
+
+Problem siso_problem(const SisoParams& p, const SisoInputs& in) {
+  Problem pb = common_dims(p);
   pb.R = 1;
   pb.S = p.S;
   pb.pairing = detail::Pairing::adjacent;
-  pb.chunk = p.chunk_size;
   pb.mimo = false;
   setup_sequences(pb, p.cu_seqlens);
   bind_common(pb, in);
@@ -153,13 +158,7 @@ Problem siso_problem(const SisoParams& p, const SisoInputs& in) {
 }
 
 Problem mimo_problem(const MimoParams& p, const MimoInputs& in) {
-  Problem pb;
-  pb.B = p.B;
-  pb.T = p.T;
-  pb.H = p.H;
-  pb.G = p.G;
-  pb.N = p.N;
-  pb.P = p.P;
+  Problem pb = common_dims(p);
   pb.R = p.R;
   ASSAY_INPUT_CHECK(p.rotary_dim_divisor == 2 || p.rotary_dim_divisor == 4,
                     "mamba3: rotary_dim_divisor must be 2 or 4 (got {})", p.rotary_dim_divisor);
@@ -167,7 +166,6 @@ Problem mimo_problem(const MimoParams& p, const MimoInputs& in) {
                     "mamba3: N={} must be a multiple of rotary_dim_divisor={}", p.N, p.rotary_dim_divisor);
   pb.S = p.S();
   pb.pairing = p.rotate_pairwise ? detail::Pairing::adjacent : detail::Pairing::half_split;
-  pb.chunk = p.chunk_size;
   pb.fused_norm = p.fused_norm;
   pb.norm_eps = p.norm_eps;
   pb.mimo = true;
@@ -190,88 +188,6 @@ Problem mimo_problem(const MimoParams& p, const MimoInputs& in) {
   return pb;
 }
 
-// Agreement of angles modulo 2pi: a is moved by a multiple of 2pi to the nearest of b first.
-double angle_agreement(std::vector<double> a, const std::vector<double>& b) {
-  if (a.size() != b.size()) return agreement_rel(a, b);
-  for (size_t i = 0; i < a.size(); ++i) {
-    const double d = a[i] - b[i];
-    a[i] -= detail::kTwoPi * std::round(d / detail::kTwoPi);
-  }
-  return agreement_rel(a, b);
-}
-
-OracleResult assemble(const Problem& pb, const Result& st, const Result& ch, DType out_dtype,
-                      bool varlen) {
-  OracleResult o;
-  const std::string ns_axis = varlen ? "NS" : "B";
-  const int64_t NS = pb.NS();
-  auto add = [&](std::string name, std::vector<std::string> axes, Shape shape, DType dt,
-                 const std::vector<double>& val, const std::vector<double>* bound) {
-    Output out;
-    out.expected = Tensor{std::move(name), std::move(axes), std::move(shape), dt, val};
-    if (bound) out.bound = *bound;
-    o.outputs.push_back(std::move(out));
-  };
-  if (pb.phi)
-    add("out", {"B", "T", "H", "P"}, {pb.B, pb.T, pb.H, pb.P}, out_dtype, st.out, &st.out_bound);
-  else if (pb.mimo)
-    add("out", {"B", "T", "R", "H", "P"}, {pb.B, pb.T, pb.R, pb.H, pb.P}, out_dtype, st.out, &st.out_bound);
-  else
-    add("out", {"B", "T", "H", "P"}, {pb.B, pb.T, pb.H, pb.P}, out_dtype, st.out, &st.out_bound);
-  add("final_angle", {ns_axis, "H", "A"}, {NS, pb.H, pb.S}, DType::f32, st.final_angle, &st.final_angle_bound);
-  add("final_ssm", {ns_axis, "H", "P", "N"}, {NS, pb.H, pb.P, pb.N}, DType::f32, st.final_ssm,
-      &st.final_ssm_bound);
-  if (!pb.mimo) o.outputs.back().bound2 = st.final_ssm_rot_bound;  // only the SISO kernel stores bf16 angles
-  if (pb.mimo)
-    add("final_k", {ns_axis, "R", "H", "N"}, {NS, pb.R, pb.H, pb.N}, out_dtype, st.final_k, &st.final_k_bound);
-  else
-    add("final_k", {ns_axis, "H", "N"}, {NS, pb.H, pb.N}, DType::f32, st.final_k, &st.final_k_bound);
-  add("final_v", {ns_axis, "H", "P"}, {NS, pb.H, pb.P}, out_dtype, st.final_v, nullptr);
-
-  // The kernels' chunk-state dtype (mamba3.h): SISO SSM_States is allocated bf16; the MIMO kernel
-  // holds its running state in fp32 (no stored copy).
-  const DType cs_dtype = pb.mimo ? DType::f32 : DType::bf16;
-  o.intermediates.push_back(
-      Tensor{"chunk_states", {"C", "H", "P", "N"}, {pb.NC(), pb.H, pb.P, pb.N}, cs_dtype, st.chunk_states});
-  o.intermediate_bounds["chunk_states"] = st.chunk_states_bound;
-  std::vector<double> starts(st.chunk_start.begin(), st.chunk_start.end());
-  o.intermediates.push_back(Tensor{"chunk_start", {"C"}, {pb.NC()}, DType::i64, starts});
-  // out_pregate stays out of the goldens (R x the output size); it is in Result and its agreement
-  // is checked below.
-
-  auto agree = [&](const char* name, double v) { o.agreement.push_back({name, "step", "chunked", v}); };
-  agree("out", agreement_rel(ch.out, st.out));
-  agree("out_bound", agreement_rel(ch.out_bound, st.out_bound));
-  agree("out_pregate", agreement_rel(ch.out_pregate, st.out_pregate));
-  agree("final_angle", angle_agreement(ch.final_angle, st.final_angle));
-  agree("final_ssm", agreement_rel(ch.final_ssm, st.final_ssm));
-  agree("final_ssm_bound", agreement_rel(ch.final_ssm_bound, st.final_ssm_bound));
-  agree("final_ssm_rot_bound", agreement_rel(ch.final_ssm_rot_bound, st.final_ssm_rot_bound));
-  agree("final_k", agreement_rel(ch.final_k, st.final_k));
-  agree("final_k_bound", agreement_rel(ch.final_k_bound, st.final_k_bound));
-  agree("final_angle_bound", agreement_rel(ch.final_angle_bound, st.final_angle_bound));
-  agree("final_v", agreement_rel(ch.final_v, st.final_v));
-  agree("chunk_states", agreement_rel(ch.chunk_states, st.chunk_states));
-  agree("chunk_states_bound", agreement_rel(ch.chunk_states_bound, st.chunk_states_bound));
-  return o;
-}
-
-// The chunked form again at other chunk sizes, against the step form.
-void extra_chunks(const Problem& pb, const Result& st, const std::vector<int64_t>& sizes, OracleResult& o) {
-  for (int64_t q : sizes) {
-    Problem pq = pb;
-    set_chunk(pq, q);
-    const Result ch = detail::run_chunked(pq);
-    const std::string form = fmt::format("chunked(Q={})", q);
-    auto agree = [&](const char* name, double v) { o.agreement.push_back({name, "step", form, v}); };
-    agree("out", agreement_rel(ch.out, st.out));
-    agree("out_bound", agreement_rel(ch.out_bound, st.out_bound));
-    agree("final_angle", angle_agreement(ch.final_angle, st.final_angle));
-    agree("final_ssm", agreement_rel(ch.final_ssm, st.final_ssm));
-    agree("final_k", agreement_rel(ch.final_k, st.final_k));
-  }
-}
-
 }  // namespace
 
 namespace detail {
@@ -286,21 +202,6 @@ Result siso_chunked(const SisoParams& p, const SisoInputs& in) {
 Result mimo_step(const MimoParams& p, const MimoInputs& in) { return detail::run_step(mimo_problem(p, in)); }
 Result mimo_chunked(const MimoParams& p, const MimoInputs& in) {
   return detail::run_chunked(mimo_problem(p, in));
-}
-
-OracleResult siso_oracle(const SisoParams& p, const SisoInputs& in) {
-  const Problem pb = siso_problem(p, in);
-  const Result st = detail::run_step(pb);
-  OracleResult o = assemble(pb, st, detail::run_chunked(pb), p.out_dtype, !p.cu_seqlens.empty());
-  extra_chunks(pb, st, p.extra_chunk_sizes, o);
-  return o;
-}
-OracleResult mimo_oracle(const MimoParams& p, const MimoInputs& in) {
-  const Problem pb = mimo_problem(p, in);
-  const Result st = detail::run_step(pb);
-  OracleResult o = assemble(pb, st, detail::run_chunked(pb), p.out_dtype, !p.cu_seqlens.empty());
-  extra_chunks(pb, st, p.extra_chunk_sizes, o);
-  return o;
 }
 
 }  // namespace assay::mamba3

@@ -121,10 +121,10 @@ struct SisoParams {
   int64_t P = 0;    // headdim_v
   int64_t S = 0;    // headdim_angles, 2 S <= N (adjacent pairs (2i, 2i+1), i < S)
   int64_t chunk_size = 64;           // Q, chunked form and chunk-state intermediates
-  std::vector<int64_t> cu_seqlens;   // empty, or (NS+1,) with B == 1, 0 = c_0 <= ... <= c_NS = T
+  std::vector<int64_t> cu_seqlens{};  // empty, or (NS+1,) with B == 1, 0 = c_0 <= ... <= c_NS = T
   DType out_dtype = DType::bf16;     // kernel-facing dtype of `out` (OracleResult only)
-  std::vector<int64_t> extra_chunk_sizes;  // siso_oracle: also run the chunked form at these Q and
-                                           // record its agreement with the step form
+  std::vector<int64_t> extra_chunk_sizes{};  // siso_oracle: also run the chunked form at these Q and
+                                             // record its agreement with the step form
 };
 
 struct SisoInputs {
@@ -158,9 +158,9 @@ struct MimoParams {
   int64_t chunk_size = 16;           // Q (the kernel recommends 64 / R)
   bool fused_norm = false;           // fuse_pregate_headwise_rms_norm (needs Z and zeta)
   double norm_eps = 1e-5;            // outproj_norm_eps
-  std::vector<int64_t> cu_seqlens;   // as SisoParams
+  std::vector<int64_t> cu_seqlens{};  // as SisoParams
   DType out_dtype = DType::bf16;
-  std::vector<int64_t> extra_chunk_sizes;  // as SisoParams
+  std::vector<int64_t> extra_chunk_sizes{};  // as SisoParams
   int64_t S() const { return N / rotary_dim_divisor; }
 };
 

@@ -1,13 +1,12 @@
-// Mamba-3 backward, form (b): the chunked backward of SISO and MIMO (mamba3_backward.h and
-// mamba3_backward_mimo.h "Form (b)" have the math). One implementation on the normalized problem,
+// Mamba-3 backward, form (b): the chunked backward of SISO and MIMO (mamba3_backward.h "Form (b)"
+// has the math). One implementation on the normalized problem,
 // as the forward's chunked form: SISO is the R = 1 case without Psi, zeta, Phi or the norm. The
 // forward is recomputed by the chunked form (folded chunk-start states and the pre-gate output);
 // the reverse sweep runs per chunk (last first) with Eigen GEMMs over the chunk's fused (token,
 // rank) rows and passes the adjoint of the chunk-start state backwards. It never calls the step
-// recurrence or its backward (form (a), mamba3_backward.cpp / mamba3_backward_mimo.cpp).
+// recurrence or its backward (form (a), mamba3_backward.cpp).
 #include <algorithm>
 #include <cmath>
-#include <type_traits>
 #include <vector>
 
 #include <Eigen/Dense>
@@ -15,7 +14,6 @@
 #include "reference/core/check.h"
 #include "reference/mamba3/mamba3_backward.h"
 #include "reference/mamba3/mamba3_backward_internal.h"
-#include "reference/mamba3/mamba3_backward_mimo.h"
 #include "reference/mamba3/mamba3_internal.h"
 
 namespace assay::mamba3 {
@@ -35,12 +33,11 @@ struct Shared {
   double dD = 0;
 };
 
-// One (sequence, head). Grads / Final: SisoGrads / SisoFinalGrads or the MIMO ones (SISO: R = 1,
-// pb.psi null, so v = V and no dPsi). opt: the mutant (SISO's mapped to MimoBwdMutant) and io.
-template <class Grads, class Final>
-void run_one(const Problem& pb, const Result& fw, const MimoChunkedBackwardOptions& opt, int64_t n, int64_t h,
-             const std::vector<double>& d_out, const Final& df, int64_t ncmax, Grads& gr, Shared& sh) {
-  const MimoBwdMutant mut = opt.mutant;
+// One (sequence, head), SISO or MIMO (SISO: R = 1, pb.psi null, so v = V and no dPsi). opt: the
+// mutant and io.
+void run_one(const Problem& pb, const Result& fw, const ChunkedBackwardOptions& opt, int64_t n, int64_t h,
+             const std::vector<double>& d_out, const FinalGrads& df, int64_t ncmax, Grads& gr, Shared& sh) {
+  const BwdMutant mut = opt.mutant;
   const int64_t N = pb.N, P = pb.P, S = pb.S, R = pb.R, Q = pb.chunk;
   const int64_t b = pb.seq_row[n], t0 = pb.seq_start[n], len = pb.seq_len[n], rows_all = len * R;
   const int64_t g = h / (pb.H / pb.G);
@@ -214,7 +211,7 @@ void run_one(const Problem& pb, const Result& fw, const MimoChunkedBackwardOptio
       const int64_t tl = c0 + i;
       for (int64_t a = 0; a < R; ++a)
         for (int64_t bb = 0; bb < R; ++bb) {
-          if (mut == MimoBwdMutant::diag_same_rank_only && a != bb) continue;
+          if (mut == BwdMutant::diag_same_rank_only && a != bb) continue;
           const int64_t ra = i * R + a, rb = i * R + bb, ga = tl * R + a, gb = tl * R + bb;
           const double qk = qkd[(tl * R + a) * R + bb], d = DV(ra, rb);
           dgam[tl] += qk * d;
@@ -230,7 +227,7 @@ void run_one(const Problem& pb, const Result& fw, const MimoChunkedBackwardOptio
 
     // State: S_{c+1} = E_{L-1} S_c + sum_j W_{t_j} v_j k_j^T, dS its adjoint.
     // The carry stays exact; the chunk's gradient terms read dS as handed off (io: rounded).
-    dSc += (mut == MimoBwdMutant::adjoint_no_decay ? 1.0 : E[L - 1]) * dS;
+    dSc += (mut == BwdMutant::adjoint_no_decay ? 1.0 : E[L - 1]) * dS;
     Mat dSr = dS;
     if (opt.io) dSr = dSr.unaryExpr([&](double x) { return round_to(*opt.io, x); });
     dE[L - 1] += dSr.cwiseProduct(Sc).sum();
@@ -250,12 +247,12 @@ void run_one(const Problem& pb, const Result& fw, const MimoChunkedBackwardOptio
     detail::chunk_decay_adjoint(L, dE, E, Gs.data(), &dadt[c0]);
     for (int64_t j = 0; j < L; ++j) {
       dgam[c0 + j] += dsc[j];
-      if (c0 + j + 1 < len && mut != MimoBwdMutant::no_shifted_term_grad) dw[c0 + j + 1] += dsc[j];
+      if (c0 + j + 1 < len && mut != BwdMutant::no_shifted_term_grad) dw[c0 + j + 1] += dsc[j];
     }
 
     Eigen::Map<Mat>(gr.dchunk_states.data() + ((n * pb.H + h) * ncmax + c) * P * N, P, N) = dSc;
     dS = dSc;  // adjoint of the chunk-start state S_c
-    if (mut == MimoBwdMutant::no_adjoint_carry && c > 0) dS.setZero();  // the boundary drops it
+    if (mut == BwdMutant::no_adjoint_carry && c > 0) dS.setZero();  // the boundary drops it
   }
 
   // ---- Up-projection v_(t,r) = V_t (.) Psi_r, the final V seed, the sequence start. ----
@@ -285,7 +282,7 @@ void run_one(const Problem& pb, const Result& fw, const MimoChunkedBackwardOptio
                                         : Eigen::RowVectorXd(Vi);
       const Eigen::RowVectorXd dvi = w[0] * (ki * dS.transpose());
       Eigen::Map<Eigen::RowVectorXd>(gr.dk_state.data() + pb.ist_k(n, r, h), N) = w[0] * (vi * dS);
-      if (mut != MimoBwdMutant::no_shifted_term_grad) dw[0] += (vi * dS).dot(ki);
+      if (mut != BwdMutant::no_shifted_term_grad) dw[0] += (vi * dS).dot(ki);
       if (!psi) {
         dVi += dvi;
         continue;
@@ -331,9 +328,8 @@ void run_one(const Problem& pb, const Result& fw, const MimoChunkedBackwardOptio
 }
 
 // The per-(sequence, head) runs in parallel, then the shared sums in a fixed order.
-template <class Grads, class Final>
-void run_all(const Problem& pb, const Result& fw, const MimoChunkedBackwardOptions& opt,
-             const std::vector<double>& d_out, const Final& dfinal, Grads& gr) {
+void run_all(const Problem& pb, const Result& fw, const ChunkedBackwardOptions& opt,
+             const std::vector<double>& d_out, const FinalGrads& dfinal, Grads& gr) {
   const int64_t NS = pb.NS(), H = pb.H, N = pb.N, P = pb.P, R = pb.R;
   const int64_t ncmax = detail::alloc_dchunk_states(pb, gr);
   // Parallel over (sequence, q/k group): the heads of a group run in order and add their dq / dk
@@ -362,64 +358,50 @@ void run_all(const Problem& pb, const Result& fw, const MimoChunkedBackwardOptio
     for (int64_t h = 0; h < H; ++h) {
       const Shared& s = sh[n * H + h];
       for (int64_t i = 0; i < R * N; ++i) gr.dq_bias[h * R * N + i] += s.dqb[i], gr.dk_bias[h * R * N + i] += s.dkb[i];
-      if constexpr (std::is_same_v<Grads, MimoGrads>) {
-        for (size_t i = 0; i < s.dpsi.size(); ++i) gr.dpsi[h * R * P + i] += s.dpsi[i];
-        for (size_t i = 0; i < s.dzeta.size(); ++i) gr.dzeta[h * R * P + i] += s.dzeta[i];
-        for (size_t i = 0; i < s.dphi.size(); ++i) gr.dphi[h * R * P + i] += s.dphi[i];
-        for (size_t i = 0; i < s.dnorm.size(); ++i) gr.dnorm_weight[h * P + i] += s.dnorm[i];
-      }
+      // MIMO only (empty for SISO).
+      for (size_t i = 0; i < s.dpsi.size(); ++i) gr.dpsi[h * R * P + i] += s.dpsi[i];
+      for (size_t i = 0; i < s.dzeta.size(); ++i) gr.dzeta[h * R * P + i] += s.dzeta[i];
+      for (size_t i = 0; i < s.dphi.size(); ++i) gr.dphi[h * R * P + i] += s.dphi[i];
+      for (size_t i = 0; i < s.dnorm.size(); ++i) gr.dnorm_weight[h * P + i] += s.dnorm[i];
       if (pb.d) gr.dd[h] += s.dD;
     }
 }
 
-}  // namespace
-
-std::string_view siso_bwd_mutant_name(SisoBwdMutant m) {
-  switch (m) {
-    case SisoBwdMutant::none: return "none";
-    case SisoBwdMutant::adjoint_no_decay: return "bwd_adjoint_no_decay";
-    case SisoBwdMutant::no_adjoint_carry: return "bwd_no_adjoint_carry";
-    case SisoBwdMutant::no_shifted_term_grad: return "bwd_no_shifted_term_grad";
-  }
-  return "?";
-}
-
-std::string_view mimo_bwd_mutant_name(MimoBwdMutant m) {
-  switch (m) {
-    case MimoBwdMutant::none: return "none";
-    case MimoBwdMutant::adjoint_no_decay: return "bwd_adjoint_no_decay";
-    case MimoBwdMutant::no_adjoint_carry: return "bwd_no_adjoint_carry";
-    case MimoBwdMutant::no_shifted_term_grad: return "bwd_no_shifted_term_grad";
-    case MimoBwdMutant::diag_same_rank_only: return "bwd_diag_same_rank_only";
-  }
-  return "?";
-}
-
-SisoGrads backward_siso_chunked(const SisoParams& p, const SisoInputs& in, const std::vector<double>& d_out,
-                                const SisoFinalGrads& dfinal, const SisoChunkedBackwardOptions& opt) {
+// Both entry points: validated problem and upstream gradients, the chunked forward (folded
+// chunk-start states and the pre-gate output), then the reverse sweep.
+template <class Params, class In>
+Grads chunked_backward(const char* who, const Params& p, const In& in, const std::vector<double>& d_out,
+                       const FinalGrads& dfinal, const ChunkedBackwardOptions& opt,
+                       Result (*forward)(const Params&, const In&)) {
   const Problem pb = detail::make_problem(p, in);  // validates every input as the forward does
-  detail::check_siso_upstream("mamba3 chunked backward", pb, d_out, dfinal);
-  const Result fw = siso_chunked(p, in);  // folded chunk-start states and the pre-gate output
-  MimoBwdMutant mut = MimoBwdMutant::none;
-  switch (opt.mutant) {
-    case SisoBwdMutant::none: break;
-    case SisoBwdMutant::adjoint_no_decay: mut = MimoBwdMutant::adjoint_no_decay; break;
-    case SisoBwdMutant::no_adjoint_carry: mut = MimoBwdMutant::no_adjoint_carry; break;
-    case SisoBwdMutant::no_shifted_term_grad: mut = MimoBwdMutant::no_shifted_term_grad; break;
-  }
-  SisoGrads gr = detail::zero_siso_grads(in);
-  run_all(pb, fw, {mut, opt.io}, d_out, dfinal, gr);
-  return gr;
-}
-
-MimoGrads backward_mimo_chunked(const MimoParams& p, const MimoInputs& in, const std::vector<double>& d_out,
-                                const MimoFinalGrads& dfinal, const MimoChunkedBackwardOptions& opt) {
-  const Problem pb = detail::make_problem(p, in);  // validates every input as the forward does
-  detail::check_mimo_upstream("mamba3 mimo chunked backward", pb, d_out, dfinal);
-  const Result fw = mimo_chunked(p, in);  // folded chunk-start states and the pre-gate output
-  MimoGrads gr = detail::zero_mimo_grads(in);
+  detail::check_upstream(who, pb, d_out, dfinal);
+  const Result fw = forward(p, in);
+  Grads gr = detail::zero_grads(in);
   run_all(pb, fw, opt, d_out, dfinal, gr);
   return gr;
+}
+
+}  // namespace
+
+std::string_view bwd_mutant_name(BwdMutant m) {
+  switch (m) {
+    case BwdMutant::none: return "none";
+    case BwdMutant::adjoint_no_decay: return "bwd_adjoint_no_decay";
+    case BwdMutant::no_adjoint_carry: return "bwd_no_adjoint_carry";
+    case BwdMutant::no_shifted_term_grad: return "bwd_no_shifted_term_grad";
+    case BwdMutant::diag_same_rank_only: return "bwd_diag_same_rank_only";
+  }
+  return "?";
+}
+
+Grads backward_siso_chunked(const SisoParams& p, const SisoInputs& in, const std::vector<double>& d_out,
+                            const FinalGrads& dfinal, const ChunkedBackwardOptions& opt) {
+  return chunked_backward("mamba3 chunked backward", p, in, d_out, dfinal, opt, &siso_chunked);
+}
+
+Grads backward_mimo_chunked(const MimoParams& p, const MimoInputs& in, const std::vector<double>& d_out,
+                            const FinalGrads& dfinal, const ChunkedBackwardOptions& opt) {
+  return chunked_backward("mamba3 mimo chunked backward", p, in, d_out, dfinal, opt, &mimo_chunked);
 }
 
 }  // namespace assay::mamba3

@@ -1,17 +1,18 @@
-// Private to reference/mamba3/: what the backward oracles share (mamba3_backward.cpp: SISO
-// recurrent, mamba3_backward_mimo.cpp: MIMO recurrent, mamba3_backward_chunked.cpp: the chunked
-// form of both). The chunked helpers at the end (per-token scalars, angles, the decay and angle
-// adjoints) are written once for the chunked form; the recurrent forms share only the angle advance
-// and the trapezoid coefficients.
+// Private to reference/mamba3/: what the backward oracles share (mamba3_backward.cpp: the recurrent
+// form, mamba3_backward_chunked.cpp: the chunked form; each one implementation for SISO and MIMO).
+// The chunked helpers at the end (per-token scalars, angles, the decay and angle adjoints) are
+// written for the chunked form; the recurrent form uses the angle advance and the trapezoid
+// coefficients.
 #pragma once
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "reference/core/check.h"
 #include "reference/mamba3/mamba3_backward.h"
-#include "reference/mamba3/mamba3_backward_mimo.h"
 #include "reference/mamba3/mamba3_internal.h"
 
 namespace assay::mamba3::detail {
@@ -25,20 +26,11 @@ inline void check_upstream(const char* who, const std::vector<double>& x, int64_
   for (double e : x) ASSAY_INPUT_CHECK(std::isfinite(e), "{}: {} not finite", who, name);
 }
 
-// Every upstream gradient of a SISO backward (both forms), checked by check_upstream.
-inline void check_siso_upstream(const char* who, const Problem& pb, const std::vector<double>& d_out,
-                                const SisoFinalGrads& dfinal) {
-  const int64_t NS = pb.NS(), H = pb.H, N = pb.N, P = pb.P, S = pb.S;
-  check_upstream(who, d_out, pb.B * pb.T * H * P, false, "d_out");
-  check_upstream(who, dfinal.d_angle, NS * H * S, true, "d_angle (final_angle)");
-  check_upstream(who, dfinal.d_ssm, NS * H * P * N, true, "d_ssm (final_ssm)");
-  check_upstream(who, dfinal.d_k, NS * H * N, true, "d_k (final_k)");
-  check_upstream(who, dfinal.d_v, NS * H * P, true, "d_v (final_v)");
-}
-
-// Every upstream gradient of a MIMO backward (both forms), checked by check_upstream.
-inline void check_mimo_upstream(const char* who, const Problem& pb, const std::vector<double>& d_out,
-                                const MimoFinalGrads& dfinal) {
+// Every upstream gradient of a backward (either form, SISO or MIMO), checked by check_upstream:
+// d_out like out (MIMO without Phi keeps the rank axis), the final-state gradients like the final
+// states (SISO: R = 1).
+inline void check_upstream(const char* who, const Problem& pb, const std::vector<double>& d_out,
+                           const FinalGrads& dfinal) {
   const int64_t NS = pb.NS(), H = pb.H, N = pb.N, P = pb.P, S = pb.S, R = pb.R;
   check_upstream(who, d_out, pb.out_size(), false, "d_out");
   check_upstream(who, dfinal.d_angle, NS * H * S, true, "d_angle (final_angle)");
@@ -71,35 +63,27 @@ inline TrapCoef trap_coef(double trap, double adt, double dt) {
   return c;
 }
 
-// SISO gradients sized like their inputs, all zero (empty where the input is).
-inline SisoGrads zero_siso_grads(const SisoInputs& in) {
-  SisoGrads gr;
+// Gradients sized like their inputs, all zero (empty where the input is). In: SisoInputs or
+// MimoInputs (the MIMO-only gradients stay empty for SISO).
+template <class In>
+Grads zero_grads(const In& in) {
+  Grads gr;
   for (auto [g, x] : {std::pair{&gr.dq, &in.q}, {&gr.dk, &in.k}, {&gr.dv, &in.v}, {&gr.dadt, &in.adt},
                       {&gr.ddt, &in.dt}, {&gr.dtrap, &in.trap}, {&gr.dq_bias, &in.q_bias},
                       {&gr.dk_bias, &in.k_bias}, {&gr.dangles, &in.angles}, {&gr.dd, &in.d}, {&gr.dz, &in.z},
                       {&gr.dangle_state, &in.angle_state}, {&gr.dssm_state, &in.ssm_state},
                       {&gr.dk_state, &in.k_state}, {&gr.dv_state, &in.v_state}})
     g->assign(x->size(), 0.0);
-  return gr;
-}
-
-// MIMO gradients sized like their inputs, all zero (empty where the input is).
-inline MimoGrads zero_mimo_grads(const MimoInputs& in) {
-  MimoGrads gr;
-  for (auto [g, x] : {std::pair{&gr.dq, &in.q}, {&gr.dk, &in.k}, {&gr.dv, &in.v}, {&gr.dadt, &in.adt},
-                      {&gr.ddt, &in.dt}, {&gr.dtrap, &in.trap}, {&gr.dq_bias, &in.q_bias},
-                      {&gr.dk_bias, &in.k_bias}, {&gr.dpsi, &in.psi}, {&gr.dzeta, &in.zeta}, {&gr.dphi, &in.phi},
-                      {&gr.dangles, &in.angles}, {&gr.dd, &in.d}, {&gr.dz, &in.z},
-                      {&gr.dnorm_weight, &in.norm_weight}, {&gr.dangle_state, &in.angle_state},
-                      {&gr.dssm_state, &in.ssm_state}, {&gr.dk_state, &in.k_state}, {&gr.dv_state, &in.v_state}})
-    g->assign(x->size(), 0.0);
+  if constexpr (std::is_same_v<In, MimoInputs>)
+    for (auto [g, x] : {std::pair{&gr.dpsi, &in.psi}, {&gr.dzeta, &in.zeta}, {&gr.dphi, &in.phi},
+                        {&gr.dnorm_weight, &in.norm_weight}})
+      g->assign(x->size(), 0.0);
   return gr;
 }
 
 // Sizes gr.dchunk_states [NS, H, NCmax, P, N] (zero) and gr.dchunk_count = NCmax, the most chunks
-// of any sequence; returns NCmax. Grads: SisoGrads or MimoGrads.
-template <class Grads>
-int64_t alloc_dchunk_states(const Problem& pb, Grads& gr) {
+// of any sequence; returns NCmax.
+inline int64_t alloc_dchunk_states(const Problem& pb, Grads& gr) {
   int64_t ncmax = 0;
   for (int64_t n = 0; n < pb.NS(); ++n) ncmax = std::max(ncmax, pb.chunk_off[n + 1] - pb.chunk_off[n]);
   gr.dchunk_count = ncmax;
@@ -205,11 +189,10 @@ inline std::vector<double> chunked_angle_adjoint(const Problem& pb, int64_t n, i
   return carry;
 }
 
-// The per-token chains of one (sequence, head) into the gradients (SisoGrads or MimoGrads):
+// The per-token chains of one (sequence, head) into the gradients:
 // dDT = lam dgam + (1 - lam) dw + sum_s dtheta_s pi tanh(A_s), dAngles = dtheta pi (1 - tanh^2) DT,
 // dADT, dTrap = DT (dgam - dw) lam (1 - lam).
-template <class Grads>
-void token_chains(const Problem& pb, int64_t b, int64_t h, int64_t t0, int64_t len, const TokenScalars& ts,
+inline void token_chains(const Problem& pb, int64_t b, int64_t h, int64_t t0, int64_t len, const TokenScalars& ts,
                   const std::vector<double>& dgam, const std::vector<double>& dw, const std::vector<double>& dadt,
                   const std::vector<double>& dth, Grads& gr) {
   const int64_t S = pb.S;

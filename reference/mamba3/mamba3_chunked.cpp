@@ -396,12 +396,6 @@ void run_one(const Problem& pb, int64_t n, int64_t h, Result& res) {
 
 }  // namespace
 
-Result run_chunked(const Problem& pb) {
-  Result res = make_result(pb);
-  const int64_t work = pb.NS() * pb.H;
-#pragma omp parallel for schedule(dynamic)
-  for (int64_t w = 0; w < work; ++w) run_one(pb, w / pb.H, w % pb.H, res);
-  return res;
-}
+Result run_chunked(const Problem& pb) { return run_per_head(pb, run_one); }
 
 }  // namespace assay::mamba3::detail

@@ -35,9 +35,9 @@ inline void two_sum(double a, double b, double& s, double& e) {
 
 enum class Pairing { adjacent, half_split };
 
-// Deliberate bugs for the CPU mutant tests (tests/test_mamba3.cpp) and calibration; honoured by the
-// chunked form only. `bf16_kernel` is not a bug: it rounds at the bf16 kernels' rounding points
-// (rotated q/k, Psi*V, scores, the carried state, the trap-scaled k, the output) to
+// Deliberate bugs for the CPU mutant tests (tests/test_mamba3_chunk_states.cpp) and calibration;
+// honoured by the chunked form only. `bf16_kernel` is not a bug: it rounds at the bf16 kernels'
+// rounding points (rotated q/k, Psi*V, scores, the carried state, the trap-scaled k, the output) to
 // Problem::kernel_dtype, to emulate a correct bf16 (or fp16) kernel that a tolerance must accept.
 enum class Variant {
   exact,
@@ -121,14 +121,40 @@ inline void pair_of(const Problem& pb, int64_t i, int64_t& a, int64_t& b) {
   }
 }
 
+// x <- Rot(phi) x (length N) on the problem's S pairs: (u, w) -> (u cos - w sin, u sin + w cos);
+// dims outside the pairs pass through. The one rotation of the step form and the recurrent backward.
+inline void rotate(const Problem& pb, const double* phi, double* x) {
+  for (int64_t i = 0; i < pb.S; ++i) {
+    int64_t a, b;
+    pair_of(pb, i, a, b);
+    const double c = std::cos(phi[i]), s = std::sin(phi[i]);
+    const double u = x[a], w = x[b];
+    x[a] = u * c - w * s;
+    x[b] = u * s + w * c;
+  }
+}
+
 // The normalized problems of the public entry points (validated; pointers into `in`).
 Problem make_problem(const SisoParams& p, const SisoInputs& in);
 Problem make_problem(const MimoParams& p, const MimoInputs& in);
+
+// Sets the chunk size q (InputError unless q >= 1) and the chunk offsets of every sequence.
+void set_chunk(Problem& pb, int64_t q);
 
 // Allocates every field of a Result for problem `pb` (zeros) and fills chunk_seq / chunk_start.
 Result make_result(const Problem& pb);
 
 Result run_step(const Problem& pb);
 Result run_chunked(const Problem& pb);
+
+// A form's driver: one(n, h, res) for every (sequence, head), in parallel, into a fresh Result.
+template <class One>
+Result run_per_head(const Problem& pb, One one) {
+  Result res = make_result(pb);
+  const int64_t work = pb.NS() * pb.H;
+#pragma omp parallel for schedule(dynamic)
+  for (int64_t w = 0; w < work; ++w) one(pb, w / pb.H, w % pb.H, res);
+  return res;
+}
 
 }  // namespace assay::mamba3::detail

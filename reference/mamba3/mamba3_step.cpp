@@ -13,21 +13,18 @@ namespace assay::mamba3::detail {
 namespace {
 
 // Rotates x (length N) in place by the angles phi (length S), pairing as the problem says. If
-// xa is given it receives the rounding-scale magnitude (|u||cos| + |w||sin|, |x| elsewhere).
+// xa is given it receives the rounding-scale magnitude (|u| + |w| for both elements of a pair, |x|
+// elsewhere), from x before the rotation.
 void rotate_inplace(const Problem& pb, const std::vector<double>& phi, double* x, double* xa = nullptr) {
-  if (xa)
+  if (xa) {
     for (int64_t j = 0; j < pb.N; ++j) xa[j] = std::fabs(x[j]);
-  for (int64_t i = 0; i < pb.S; ++i) {
-    int64_t a, b;
-    pair_of(pb, i, a, b);
-    const double c = std::cos(phi[i]), s = std::sin(phi[i]);
-    const double u = x[a], w = x[b];
-    x[a] = u * c - w * s;
-    x[b] = u * s + w * c;
-    if (xa) {
-      xa[a] = xa[b] = std::fabs(u) + std::fabs(w);  // the pair's rotation scale (mamba3.h)
+    for (int64_t i = 0; i < pb.S; ++i) {
+      int64_t a, b;
+      pair_of(pb, i, a, b);
+      xa[a] = xa[b] = std::fabs(x[a]) + std::fabs(x[b]);  // the pair's rotation scale (mamba3.h)
     }
   }
+  rotate(pb, phi.data(), x);
 }
 
 double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
@@ -236,12 +233,6 @@ void run_one(const Problem& pb, int64_t n, int64_t h, Result& res) {
 
 }  // namespace
 
-Result run_step(const Problem& pb) {
-  Result res = make_result(pb);
-  const int64_t work = pb.NS() * pb.H;
-#pragma omp parallel for schedule(dynamic)
-  for (int64_t w = 0; w < work; ++w) run_one(pb, w / pb.H, w % pb.H, res);
-  return res;
-}
+Result run_step(const Problem& pb) { return run_per_head(pb, run_one); }
 
 }  // namespace assay::mamba3::detail

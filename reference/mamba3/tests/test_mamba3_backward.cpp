@@ -9,37 +9,29 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <iterator>
-#include <numbers>
 #include <string>
 #include <vector>
 
 #include "catch_compat.h"
-#include "tests/common.h"
 #include "tests/gradcheck.h"
 #include "reference/core/check.h"
 #include "reference/mamba3/mamba3.h"
 #include "reference/mamba3/mamba3_backward.h"
+#include "reference/mamba3/tests/mamba3_test_util.h"
 
 using namespace assay;
 using namespace assay::mamba3;
+using namespace assay::mamba3::test;
 
 namespace {
 
-constexpr double kPi = std::numbers::pi;
+using Rng = SeededRng<4242>;
 
-// splitmix64 -> uniform in [lo, hi) (tests/common.h), seeded per test.
-struct Rng : assay_test::UniformRng {
-  explicit Rng(uint64_t seed) : UniformRng{{seed * 0x9E3779B97F4A7C15ull + 4242}} {}
-};
-
-int64_t nseq(const SisoParams& p) { return p.cu_seqlens.empty() ? p.B : int64_t(p.cu_seqlens.size()) - 1; }
-
-struct Opts {
+struct InOpts {
   bool d = true, z = true, states = false;
 };
 
-SisoInputs make_inputs(const SisoParams& p, uint64_t seed, const Opts& o) {
+SisoInputs make_inputs(const SisoParams& p, uint64_t seed, const InOpts& o) {
   Rng g(seed);
   SisoInputs in;
   const int64_t NS = nseq(p), BHT = p.B * p.H * p.T;
@@ -64,11 +56,6 @@ SisoInputs make_inputs(const SisoParams& p, uint64_t seed, const Opts& o) {
   return in;
 }
 
-struct Upstream {
-  std::vector<double> d_out;
-  SisoFinalGrads df;
-};
-
 // Final-state gradients: mask bit 0 angle, 1 ssm, 2 k, 3 v.
 Upstream make_upstream(const SisoParams& p, uint64_t seed, unsigned mask = 0xF) {
   Rng g(seed);
@@ -82,20 +69,10 @@ Upstream make_upstream(const SisoParams& p, uint64_t seed, unsigned mask = 0xF) 
   return u;
 }
 
-double dot(const std::vector<double>& a, const std::vector<double>& b) {
-  double s = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) s += a[i] * b[i];
-  return s;
-}
-
-double loss(const SisoParams& p, const SisoInputs& in, const Upstream& u) {
-  const Result r = siso_step(p, in);
-  return dot(u.d_out, r.out) + dot(u.df.d_angle, r.final_angle) + dot(u.df.d_ssm, r.final_ssm) +
-         dot(u.df.d_k, r.final_k) + dot(u.df.d_v, r.final_v);
-}
+double loss(const SisoParams& p, const SisoInputs& in, const Upstream& u) { return test::loss(siso_step, p, in, u); }
 
 double gradcheck(const std::string& label, const SisoParams& p, const SisoInputs& in, const Upstream& u) {
-  const SisoGrads g = backward_siso_recurrent(p, in, u.d_out, u.df);
+  const Grads g = backward_siso_recurrent(p, in, u.d_out, u.df);
   using GI = assay_test::GradItem<SisoInputs>;
   const std::vector<GI> items = {
       {"q", &SisoInputs::q, &g.dq},
@@ -170,7 +147,7 @@ TEST_CASE("mamba3 siso backward: gradcheck, varlen with an empty sequence, and a
   CHECK(gradcheck("varlen {0,3,3,7,9}, D, Z, states", p, in, u) < kTol);
   // The empty sequence (n = 1) passes its states through: its initial-state gradients equal the
   // final-state gradients exactly.
-  const SisoGrads g = backward_siso_recurrent(p, in, u.d_out, u.df);
+  const Grads g = backward_siso_recurrent(p, in, u.d_out, u.df);
   const int64_t H = p.H, S = p.S, N = p.N, P = p.P;
   for (int64_t i = 0; i < H * S; ++i) CHECK(g.dangle_state[H * S + i] == u.df.d_angle[H * S + i]);
   for (int64_t i = 0; i < H * P * N; ++i) CHECK(g.dssm_state[H * P * N + i] == u.df.d_ssm[H * P * N + i]);
@@ -188,104 +165,23 @@ TEST_CASE("mamba3 siso backward: gradcheck, varlen with an empty sequence, and a
   REQUIRE(std::exp(-800.0) == 0.0);
   const Upstream ur = make_upstream(pr, 23);
   CHECK(gradcheck("ADT resets (alpha = 0), D, Z, states", pr, ir, ur) < kTol);
-  const SisoGrads gf = backward_siso_recurrent(pr, ir, ur.d_out, ur.df);
-  SisoInputs ii = ir;
-  ii.adt[r0] = ii.adt[r1] = -INFINITY;
-  const SisoGrads gr = backward_siso_recurrent(pr, ii, ur.d_out, ur.df);
-  CHECK(gr.dadt[r0] == 0.0);
-  CHECK(gr.dadt[r1] == 0.0);
-  CHECK(gr.dq == gf.dq);
-  CHECK(gr.dk == gf.dk);
-  CHECK(gr.dv == gf.dv);
-  CHECK(gr.dadt == gf.dadt);
-  CHECK(gr.ddt == gf.ddt);
-  CHECK(gr.dtrap == gf.dtrap);
-  CHECK(gr.dq_bias == gf.dq_bias);
-  CHECK(gr.dk_bias == gf.dk_bias);
-  CHECK(gr.dangles == gf.dangles);
-  CHECK(gr.dd == gf.dd);
-  CHECK(gr.dz == gf.dz);
-  CHECK(gr.dangle_state == gf.dangle_state);
-  CHECK(gr.dssm_state == gf.dssm_state);
-  CHECK(gr.dk_state == gf.dk_state);
-  CHECK(gr.dv_state == gf.dv_state);
-  // The reset blocks the state path: with only d_ssm upstream, nothing reaches the initial SSM
-  // state of (b=1, h=1) through its reset at t=4, exactly; the other head of b=1 does get some.
-  Upstream us = ur;
-  std::fill(us.d_out.begin(), us.d_out.end(), 0.0);
-  us.df.d_angle.clear(), us.df.d_k.clear(), us.df.d_v.clear();
-  const SisoGrads gs = backward_siso_recurrent(pr, ii, us.d_out, us.df);
-  const int64_t PN = pr.P * pr.N;
-  double blocked = 0, open = 0;
-  for (int64_t i = 0; i < PN; ++i) {
-    blocked = std::max(blocked, std::fabs(gs.dssm_state[(1 * pr.H + 1) * PN + i]));
-    open = std::max(open, std::fabs(gs.dssm_state[(1 * pr.H + 0) * PN + i]));
-  }
-  CHECK(blocked == 0.0);
-  CHECK(open > 1e-3);
-  for (double e : gr.dq) CHECK(std::isfinite(e));
+  check_inf_reset([&](const auto& i, const auto& d, const auto& f) { return backward_siso_recurrent(pr, i, d, f); },
+                  ir, ur, r0, r1);
 }
 
 TEST_CASE("mamba3 siso backward: no gradient crosses a varlen reset", "[cpu][L0]") {
   SisoParams p = base(1, 9, 2, 1, 4, 3, 2, 2);
   p.cu_seqlens = {0, 4, 9};
   const SisoInputs in = make_inputs(p, 30, {.d = false, .z = true, .states = true});
-  Upstream u = make_upstream(p, 31);
-  // Only sequence 1 is observed: d_out on its tokens, the final-state gradients of its slot.
-  const int64_t H = p.H, N = p.N, P = p.P, S = p.S, HP = H * P;
-  std::fill(u.d_out.begin(), u.d_out.begin() + 4 * HP, 0.0);
-  std::fill(u.df.d_angle.begin(), u.df.d_angle.begin() + H * S, 0.0);
-  std::fill(u.df.d_ssm.begin(), u.df.d_ssm.begin() + H * P * N, 0.0);
-  std::fill(u.df.d_k.begin(), u.df.d_k.begin() + H * N, 0.0);
-  std::fill(u.df.d_v.begin(), u.df.d_v.begin() + H * P, 0.0);
-  const SisoGrads g = backward_siso_recurrent(p, in, u.d_out, u.df);
-  double leak = 0, inside = 0;
-  auto upd = [&](int64_t t, double v) { (t < 4 ? leak : inside) = std::max(t < 4 ? leak : inside, std::fabs(v)); };
-  for (int64_t t = 0; t < p.T; ++t) {
-    for (int64_t i = 0; i < p.G * N; ++i) upd(t, g.dq[t * p.G * N + i]), upd(t, g.dk[t * p.G * N + i]);
-    for (int64_t i = 0; i < HP; ++i) upd(t, g.dv[t * HP + i]), upd(t, g.dz[t * HP + i]);
-    for (int64_t i = 0; i < H * S; ++i) upd(t, g.dangles[t * H * S + i]);
-    for (int64_t h = 0; h < H; ++h) upd(t, g.dadt[h * p.T + t]), upd(t, g.ddt[h * p.T + t]), upd(t, g.dtrap[h * p.T + t]);
-  }
-  for (int64_t i = 0; i < H * S; ++i) leak = std::max(leak, std::fabs(g.dangle_state[i]));
-  for (int64_t i = 0; i < H * P * N; ++i) leak = std::max(leak, std::fabs(g.dssm_state[i]));
-  for (int64_t i = 0; i < H * N; ++i) leak = std::max(leak, std::fabs(g.dk_state[i]));
-  for (int64_t i = 0; i < H * P; ++i) leak = std::max(leak, std::fabs(g.dv_state[i]));
-  CHECK(leak == 0.0);
-  CHECK(inside > 0.01);
-  double s1 = 0;
-  for (int64_t i = H * P * N; i < 2 * H * P * N; ++i) s1 = std::max(s1, std::fabs(g.dssm_state[i]));
-  CHECK(s1 > 0.01);
-  // The converse by perturbation: changing sequence-0 inputs and states leaves L unchanged exactly.
-  SisoInputs w = in;
-  for (int64_t i = 0; i < 4 * p.G * N; ++i) w.q[i] += 0.5, w.k[i] -= 0.3;
-  for (int64_t i = 0; i < 4 * HP; ++i) w.v[i] += 0.5, w.z[i] -= 0.25;
-  for (int64_t i = 0; i < 4 * H * S; ++i) w.angles[i] += 0.3;
-  for (int64_t h = 0; h < H; ++h)
-    for (int64_t t = 0; t < 4; ++t) w.dt[h * p.T + t] += 0.1, w.adt[h * p.T + t] -= 0.2, w.trap[h * p.T + t] += 0.4;
-  for (int64_t i = 0; i < H * S; ++i) w.angle_state[i] += 0.25;
-  for (int64_t i = 0; i < H * P * N; ++i) w.ssm_state[i] += 0.25;
-  for (int64_t i = 0; i < H * N; ++i) w.k_state[i] += 0.25;
-  for (int64_t i = 0; i < H * P; ++i) w.v_state[i] += 0.25;
-  CHECK(loss(p, w, u) == loss(p, in, u));
+  auto backward = [&](const auto& i, const auto& d, const auto& f) { return backward_siso_recurrent(p, i, d, f); };
+  auto step_loss = [&](const SisoInputs& i, const Upstream& u) { return loss(p, i, u); };
+  check_varlen_isolation(backward, step_loss, in, make_upstream(p, 31), p.T, 4);
 }
 
 TEST_CASE("mamba3 siso backward: malformed upstream gradients and inputs are refused", "[cpu][L0]") {
   const SisoParams p = base(2, 3, 1, 1, 4, 2, 2, 2);
-  const SisoInputs in = make_inputs(p, 40, {.d = true, .z = true, .states = true});
-  Upstream u = make_upstream(p, 41);
-  u.d_out.pop_back();
-  REQUIRE_THROWS_AS(backward_siso_recurrent(p, in, u.d_out, u.df), InputError);
-  u = make_upstream(p, 41);
-  u.df.d_ssm.pop_back();
-  REQUIRE_THROWS_AS(backward_siso_recurrent(p, in, u.d_out, u.df), InputError);
-  u = make_upstream(p, 41);
-  u.df.d_k[0] = NAN;
-  REQUIRE_THROWS_AS(backward_siso_recurrent(p, in, u.d_out, u.df), InputError);
-  u = make_upstream(p, 41);
-  SisoInputs bad = in;
-  bad.adt[0] = 0.1;  // ADT > 0: refused as by the forward
-  REQUIRE_THROWS_AS(backward_siso_recurrent(p, bad, u.d_out, u.df), InputError);
+  check_refusals([&](const auto& i, const auto& d, const auto& f) { return backward_siso_recurrent(p, i, d, f); },
+                 make_inputs(p, 40, {.d = true, .z = true, .states = true}), make_upstream(p, 41));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -295,89 +191,11 @@ TEST_CASE("mamba3 siso backward: malformed upstream gradients and inputs are ref
 // ---------------------------------------------------------------------------------------------
 namespace {
 
-struct GradField {
-  const char* name;
-  std::vector<double> SisoGrads::*f;
-};
-const GradField kGradFields[] = {
-    {"dq", &SisoGrads::dq},
-    {"dk", &SisoGrads::dk},
-    {"dv", &SisoGrads::dv},
-    {"dadt", &SisoGrads::dadt},
-    {"ddt", &SisoGrads::ddt},
-    {"dtrap", &SisoGrads::dtrap},
-    {"dq_bias", &SisoGrads::dq_bias},
-    {"dk_bias", &SisoGrads::dk_bias},
-    {"dangles", &SisoGrads::dangles},
-    {"dd", &SisoGrads::dd},
-    {"dz", &SisoGrads::dz},
-    {"dangle_state", &SisoGrads::dangle_state},
-    {"dssm_state", &SisoGrads::dssm_state},
-    {"dk_state", &SisoGrads::dk_state},
-    {"dv_state", &SisoGrads::dv_state},
-};
-
-// Worst agreement per gradient over every comparison of the running test case.
-struct Worst {
-  std::vector<double> per = std::vector<double>(std::size(kGradFields), 0.0);
-  int64_t runs = 0, zero = 0;
-  void print(const char* title) const {
-    std::string line;
-    double all = 0;
-    for (size_t i = 0; i < per.size(); ++i) {
-      char buf[64];
-      std::snprintf(buf, sizeof buf, " %s=%.2e", kGradFields[i].name, per[i]);
-      line += buf;
-      all = std::max(all, per[i]);
-    }
-    std::printf("%s: %lld runs, worst agreement_rel %.2e;%s (%lld analytically zero gradients, both forms below "
-                "1e-13 of the largest gradient)\n",
-                title, static_cast<long long>(runs), all, line.c_str(), static_cast<long long>(zero));
-  }
-};
-
-double max_abs(const std::vector<double>& x) {
-  double m = 0;
-  for (double e : x) m = std::max(m, std::fabs(e));
-  return m;
-}
-
-// Both forms on one configuration: every gradient must agree to kFormAgreement, the shapes match,
-// and (b) never produces a non-finite value. Returns the worst agreement. One exception: a gradient
-// that is analytically zero (e.g. dangles at T = 1 without states or final-state gradients: rotating
-// q and k by the same angle leaves q . k unchanged) is rounding noise in form (a) (~1e-17) and
-// exactly 0 in form (b) (unrotated diagonal), so agreement_rel is meaningless there; it is judged
-// by both forms being below 1e-13 of the largest gradient.
-double compare_forms(const std::string& label, const SisoParams& p, const SisoInputs& in, const Upstream& u,
-                     Worst& worst) {
-  const SisoGrads a = backward_siso_recurrent(p, in, u.d_out, u.df);
-  const SisoGrads b = backward_siso_chunked(p, in, u.d_out, u.df);
-  double scale = 0, w = 0;
-  for (const auto& fld : kGradFields) scale = std::max(scale, max_abs(a.*(fld.f)));
-  for (size_t i = 0; i < std::size(kGradFields); ++i) {
-    const auto& fa = a.*(kGradFields[i].f);
-    const auto& fb = b.*(kGradFields[i].f);
-    INFO(label << " gradient " << kGradFields[i].name);
-    REQUIRE(fa.size() == fb.size());
-    for (double e : fb) REQUIRE(std::isfinite(e));
-    if (!fa.empty() && max_abs(fa) <= 1e-13 * scale) {
-      CHECK(max_abs(fb) <= 1e-13 * scale);
-      ++worst.zero;
-      continue;
-    }
-    const double r = agreement_rel(fb, fa);
-    CHECK(r <= kFormAgreement);
-    worst.per[i] = std::max(worst.per[i], r);
-    w = std::max(w, r);
-  }
-  {  // the chunk-start adjoints, both forms
-    INFO(label << " dchunk_states");
-    REQUIRE(a.dchunk_states.size() == b.dchunk_states.size());
-    REQUIRE(a.dchunk_count == b.dchunk_count);
-    if (max_abs(a.dchunk_states) > 1e-13 * scale) CHECK(agreement_rel(b.dchunk_states, a.dchunk_states) <= kFormAgreement);
-  }
-  ++worst.runs;
-  return w;
+// Two varlen sequences (20 and 25 tokens) of several chunks (Q = 8): the mutant and bound tests.
+SisoParams two_sequences() {
+  SisoParams p = base(1, 45, 2, 1, 6, 4, 2, 8);
+  p.cu_seqlens = {0, 20, 45};
+  return p;
 }
 
 void set_adt(const SisoParams& p, SisoInputs& in, int64_t b, int64_t h, int64_t t, double v) {
@@ -426,7 +244,7 @@ TEST_CASE("mamba3 siso backward: chunked form (b) agrees with the recurrent form
       for (int mode = 0; mode < 8; ++mode) {  // bit 0 D, bit 1 Z, bit 2 input states
         SisoParams p = cfg.p;
         p.chunk_size = q0 == 0 ? p.T : q0;
-        const Opts o{.d = (mode & 1) != 0, .z = (mode & 2) != 0, .states = (mode & 4) != 0 && p.S > 0};
+        const InOpts o{.d = (mode & 1) != 0, .z = (mode & 2) != 0, .states = (mode & 4) != 0 && p.S > 0};
         if ((mode & 4) && p.S == 0) continue;
         SisoInputs in = make_inputs(p, ++seed, o);
         if (cfg.resets) {
@@ -448,7 +266,8 @@ TEST_CASE("mamba3 siso backward: chunked form (b) agrees with the recurrent form
         const std::string label = std::string(cfg.name) + " Q=" + std::to_string(p.chunk_size) +
                                   " D=" + std::to_string(o.d) + " Z=" + std::to_string(o.z) +
                                   " states=" + std::to_string(o.states) + " final grads=" + std::to_string(mask != 0);
-        compare_forms(label, p, in, u, worst);
+        compare_forms(label, backward_siso_recurrent(p, in, u.d_out, u.df), backward_siso_chunked(p, in, u.d_out, u.df),
+                      worst);
       }
     }
   }
@@ -462,11 +281,10 @@ TEST_CASE("mamba3 siso backward: chunked form (b), adjoint of the chunk-start st
   p.cu_seqlens = {0, 0, 5, 5, 22, 40};
   const SisoInputs in = make_inputs(p, 300, {.d = true, .z = true, .states = true});
   const Upstream u = make_upstream(p, 301);
-  const SisoGrads g = backward_siso_chunked(p, in, u.d_out, u.df);
+  const Grads g = backward_siso_chunked(p, in, u.d_out, u.df);
   {  // deterministic (parallel over (sequence, group), fixed summation order): bitwise repeatable
-    const SisoGrads g2 = backward_siso_chunked(p, in, u.d_out, u.df);
-    for (const auto& fld : kGradFields) CHECK(g.*(fld.f) == g2.*(fld.f));
-    CHECK(g.dchunk_states == g2.dchunk_states);
+    const Grads g2 = backward_siso_chunked(p, in, u.d_out, u.df);
+    check_same_grads(g, g2);
   }
   const int64_t NS = 5, H = p.H, PN = p.P * p.N;
   REQUIRE(g.dchunk_count == 3);  // ceil(18 / 8)
@@ -494,7 +312,6 @@ TEST_CASE("mamba3 siso backward: chunked form (b), adjoint of the chunk-start st
   // Every chunk-start adjoint against form (a) on the suffix problem: for chunk c (first token t0),
   // run the step forward on tokens [0, t0) and restart from its final states at t0. The suffix
   // problem's folded start state is S_c, so form (a)'s d ssm_state there is dL/dS_c.
-  Worst worst;
   for (int64_t Q : {3, 7, 16}) {
     const SisoParams pf = base(1, 37, 2, 2, 8, 5, 3, Q);
     SisoInputs in0 = make_inputs(pf, 310 + Q, {.d = true, .z = true, .states = true});
@@ -502,8 +319,8 @@ TEST_CASE("mamba3 siso backward: chunked form (b), adjoint of the chunk-start st
     const int64_t t_r = Q == 16 ? 16 : 21, c_r = t_r / Q;
     set_adt(pf, in0, 0, 1, t_r, -INFINITY);
     const Upstream u0 = make_upstream(pf, 320 + Q);
-    const SisoGrads gb = backward_siso_chunked(pf, in0, u0.d_out, u0.df);
-    const int64_t nch = (pf.T + Q - 1) / Q, PN5 = pf.P * pf.N, H5 = pf.H, G5 = pf.G, N5 = pf.N, P5 = pf.P;
+    const Grads gb = backward_siso_chunked(pf, in0, u0.d_out, u0.df);
+    const int64_t nch = (pf.T + Q - 1) / Q, PN5 = pf.P * pf.N, H5 = pf.H;
     REQUIRE(gb.dchunk_count == nch);
     double worst_c = 0;
     for (int64_t c = 1; c < nch; ++c) {
@@ -511,28 +328,7 @@ TEST_CASE("mamba3 siso backward: chunked form (b), adjoint of the chunk-start st
       SisoParams pa = pf, ps = pf;
       pa.T = t0;
       ps.T = T2;
-      // Tokens [from, from + cnt) of a (B = 1, T, ...) tensor with `row` values per token.
-      auto slice = [](const std::vector<double>& x, int64_t row, int64_t from, int64_t cnt) {
-        return std::vector<double>(x.begin() + from * row, x.begin() + (from + cnt) * row);
-      };
-      auto slice_bht = [&](const std::vector<double>& x, int64_t from, int64_t cnt) {
-        std::vector<double> y;
-        for (int64_t h = 0; h < H5; ++h)
-          y.insert(y.end(), x.begin() + h * pf.T + from, x.begin() + h * pf.T + from + cnt);
-        return y;
-      };
-      auto split = [&](int64_t from, int64_t cnt) {
-        SisoInputs s = in0;
-        s.q = slice(in0.q, G5 * N5, from, cnt);
-        s.k = slice(in0.k, G5 * N5, from, cnt);
-        s.v = slice(in0.v, H5 * P5, from, cnt);
-        s.z = slice(in0.z, H5 * P5, from, cnt);
-        s.angles = slice(in0.angles, H5 * pf.S, from, cnt);
-        s.adt = slice_bht(in0.adt, from, cnt);
-        s.dt = slice_bht(in0.dt, from, cnt);
-        s.trap = slice_bht(in0.trap, from, cnt);
-        return s;
-      };
+      auto split = [&](int64_t from, int64_t cnt) { return cut_tokens(in0, 1, pf.T, 0, 1, from, cnt); };
       const SisoInputs ia = split(0, t0);
       const Result ra = siso_step(pa, ia);
       SisoInputs is = split(t0, T2);
@@ -541,8 +337,8 @@ TEST_CASE("mamba3 siso backward: chunked form (b), adjoint of the chunk-start st
       is.k_state = ra.final_k;
       is.v_state = ra.final_v;
       Upstream us = u0;
-      us.d_out = slice(u0.d_out, H5 * P5, t0, T2);
-      const SisoGrads gs = backward_siso_recurrent(ps, is, us.d_out, us.df);
+      us.d_out = cut_bt(u0.d_out, 1, pf.T, 0, 1, t0, T2);
+      const Grads gs = backward_siso_recurrent(ps, is, us.d_out, us.df);
       for (int64_t h = 0; h < H5; ++h) {
         const std::vector<double> dc(gb.dchunk_states.begin() + (h * nch + c) * PN5,
                                      gb.dchunk_states.begin() + (h * nch + c + 1) * PN5);
@@ -565,65 +361,28 @@ TEST_CASE("mamba3 siso backward: chunked form (b), adjoint of the chunk-start st
 
 TEST_CASE("mamba3 siso backward: chunked form (b) refuses malformed upstream gradients", "[cpu][L0]") {
   const SisoParams p = base(2, 3, 1, 1, 4, 2, 2, 2);
-  const SisoInputs in = make_inputs(p, 40, {.d = true, .z = true, .states = true});
-  Upstream u = make_upstream(p, 41);
-  u.d_out.pop_back();
-  REQUIRE_THROWS_AS(backward_siso_chunked(p, in, u.d_out, u.df), InputError);
-  u = make_upstream(p, 41);
-  u.df.d_v.pop_back();
-  REQUIRE_THROWS_AS(backward_siso_chunked(p, in, u.d_out, u.df), InputError);
-  u = make_upstream(p, 41);
-  u.df.d_angle[0] = INFINITY;
-  REQUIRE_THROWS_AS(backward_siso_chunked(p, in, u.d_out, u.df), InputError);
-  u = make_upstream(p, 41);
-  SisoInputs bad = in;
-  bad.dt[1] = -0.5;  // DT < 0: refused as by the forward
-  REQUIRE_THROWS_AS(backward_siso_chunked(p, bad, u.d_out, u.df), InputError);
+  check_refusals([&](const auto& i, const auto& d, const auto& f) { return backward_siso_chunked(p, i, d, f); },
+                 make_inputs(p, 40, {.d = true, .z = true, .states = true}), make_upstream(p, 41));
 }
 
 TEST_CASE("mamba3 siso chunked backward: each mutant changes what it targets", "[cpu][L0]") {
   // Two sequences of several chunks with input states: the carry, its decay and the shifted
   // trapezoid term all matter. no_shifted_term_grad changes dtrap / ddt (and the input-state
   // gradients) but not dq / dk / dv, whose terms read the weights, not their adjoints.
-  SisoParams p = base(1, 45, 2, 1, 6, 4, 2, 8);
-  p.cu_seqlens = {0, 20, 45};
+  const SisoParams p = two_sequences();
   const SisoInputs in = make_inputs(p, 700, {.d = true, .z = true, .states = true});
   const Upstream u = make_upstream(p, 701);
-  const SisoGrads ref = backward_siso_chunked(p, in, u.d_out, u.df);
-  for (const SisoBwdMutant m : kAllSisoBwdMutants) {
-    const SisoGrads g = backward_siso_chunked(p, in, u.d_out, u.df, {m, std::nullopt});
-    double worst = 0;
-    for (const auto& fld : kGradFields) worst = std::max(worst, agreement_rel(g.*(fld.f), ref.*(fld.f)));
-    INFO(siso_bwd_mutant_name(m) << ": worst agreement_rel " << worst);
-    CHECK(worst > 1e-3);
-  }
-  const SisoGrads gs = backward_siso_chunked(p, in, u.d_out, u.df, {SisoBwdMutant::no_shifted_term_grad, std::nullopt});
-  CHECK(gs.dq == ref.dq);
-  CHECK(gs.dv == ref.dv);
-  CHECK(agreement_rel(gs.dtrap, ref.dtrap) > 1e-3);
-  CHECK(agreement_rel(gs.ddt, ref.ddt) > 1e-3);
+  check_bwd_mutants([&](const ChunkedBackwardOptions& o) { return backward_siso_chunked(p, in, u.d_out, u.df, o); },
+                    kAllSisoBwdMutants);
 }
 
 TEST_CASE("mamba3 backward_siso_bound holds every gradient element", "[cpu][L0]") {
   // A sum of absolute terms is >= the absolute value of their sum; and the bound is not slack by
   // orders of magnitude (its largest element within 100x of the gradient's largest).
-  SisoParams p = base(1, 45, 2, 1, 6, 4, 2, 8);
-  p.cu_seqlens = {0, 20, 45};
+  const SisoParams p = two_sequences();
   const SisoInputs in = make_inputs(p, 800, {.d = true, .z = true, .states = true});
   const Upstream u = make_upstream(p, 801);
-  const SisoGrads g = backward_siso_recurrent(p, in, u.d_out, u.df);
-  const SisoGrads b = backward_siso_bound(p, in, u.d_out, u.df);
-  for (const auto& fld : kGradFields) {
-    const auto &gv = g.*(fld.f), &bv = b.*(fld.f);
-    INFO(fld.name);
-    REQUIRE(gv.size() == bv.size());
-    double gmax = 0, bmax = 0;
-    for (size_t i = 0; i < gv.size(); ++i) {
-      CHECK(std::abs(gv[i]) <= bv[i] * (1 + 1e-12));
-      gmax = std::max(gmax, std::abs(gv[i])), bmax = std::max(bmax, bv[i]);
-    }
-    CHECK(bmax <= 100 * gmax);
-  }
-  REQUIRE(g.dchunk_states.size() == b.dchunk_states.size());
-  for (size_t i = 0; i < g.dchunk_states.size(); ++i) CHECK(std::abs(g.dchunk_states[i]) <= b.dchunk_states[i] * (1 + 1e-12));
+  const Grads g = backward_siso_recurrent(p, in, u.d_out, u.df);
+  const Grads b = backward_siso_bound(p, in, u.d_out, u.df);
+  check_bound_holds(g, b, 100);
 }

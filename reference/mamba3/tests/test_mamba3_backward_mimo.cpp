@@ -9,32 +9,25 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <numbers>
 #include <string>
 #include <vector>
 
 #include "catch_compat.h"
-#include "tests/common.h"
 #include "tests/gradcheck.h"
 #include "reference/core/check.h"
 #include "reference/mamba3/mamba3.h"
 #include "reference/mamba3/mamba3_backward.h"
-#include "reference/mamba3/mamba3_backward_mimo.h"
+#include "reference/mamba3/tests/mamba3_test_util.h"
 
 using namespace assay;
 using namespace assay::mamba3;
+using namespace assay::mamba3::test;
 
 namespace {
 
-constexpr double kPi = std::numbers::pi;
+using Rng = SeededRng<7331>;
 
-struct Rng : assay_test::UniformRng {
-  explicit Rng(uint64_t seed) : UniformRng{{seed * 0x9E3779B97F4A7C15ull + 7331}} {}
-};
-
-int64_t nseq(const MimoParams& p) { return p.cu_seqlens.empty() ? p.B : int64_t(p.cu_seqlens.size()) - 1; }
-
-struct Opts {
+struct InOpts {
   bool d = true, z = true, phi = true, states = false;
   int norm = 0;  // 0: none, 1: fused norm without weight, 2: with weight (needs z and phi)
 };
@@ -49,7 +42,7 @@ MimoParams base(int64_t B, int64_t T, int64_t H, int64_t G, int64_t N, int64_t P
   return p;
 }
 
-MimoInputs make_inputs(MimoParams& p, uint64_t seed, const Opts& o) {
+MimoInputs make_inputs(MimoParams& p, uint64_t seed, const InOpts& o) {
   Rng g(seed);
   MimoInputs in;
   const int64_t NS = nseq(p), BHT = p.B * p.H * p.T, S = p.S(), HRP = p.H * p.R * p.P;
@@ -81,11 +74,6 @@ MimoInputs make_inputs(MimoParams& p, uint64_t seed, const Opts& o) {
   return in;
 }
 
-struct Upstream {
-  std::vector<double> d_out;
-  MimoFinalGrads df;
-};
-
 int64_t out_size(const MimoParams& p, const MimoInputs& in) {
   return in.phi.empty() ? p.B * p.T * p.R * p.H * p.P : p.B * p.T * p.H * p.P;
 }
@@ -103,17 +91,7 @@ Upstream make_upstream(const MimoParams& p, const MimoInputs& in, uint64_t seed,
   return u;
 }
 
-double dot(const std::vector<double>& a, const std::vector<double>& b) {
-  double s = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) s += a[i] * b[i];
-  return s;
-}
-
-double loss(const MimoParams& p, const MimoInputs& in, const Upstream& u) {
-  const Result r = mimo_step(p, in);
-  return dot(u.d_out, r.out) + dot(u.df.d_angle, r.final_angle) + dot(u.df.d_ssm, r.final_ssm) +
-         dot(u.df.d_k, r.final_k) + dot(u.df.d_v, r.final_v);
-}
+double loss(const MimoParams& p, const MimoInputs& in, const Upstream& u) { return test::loss(mimo_step, p, in, u); }
 
 // L(w) - L(in), summed from elementwise differences of the outputs (the final angle's difference
 // taken circularly, in (-pi, pi]), so the FD quotient is not swamped by the rounding of L itself
@@ -137,7 +115,7 @@ double loss_delta(const MimoParams& p, const MimoInputs& w, const Upstream& u, c
 }
 
 double gradcheck(const std::string& label, const MimoParams& p, const MimoInputs& in, const Upstream& u) {
-  const MimoGrads g = backward_mimo_recurrent(p, in, u.d_out, u.df);
+  const Grads g = backward_mimo_recurrent(p, in, u.d_out, u.df);
   const Result r0 = mimo_step(p, in);
   using GI = assay_test::GradItem<MimoInputs>;
   const std::vector<GI> items = {
@@ -247,7 +225,7 @@ TEST_CASE("mamba3 mimo backward: gradcheck, varlen with an empty sequence, and -
   CHECK(gradcheck("varlen {0,3,3,7,9}, R=2, Phi Z D, states", p, in, u) < kTol);
   // The empty sequence (n = 1) passes its states through: its initial-state gradients equal the
   // final-state gradients exactly.
-  const MimoGrads g = backward_mimo_recurrent(p, in, u.d_out, u.df);
+  const Grads g = backward_mimo_recurrent(p, in, u.d_out, u.df);
   const int64_t H = p.H, S = p.S(), N = p.N, P = p.P, R = p.R;
   for (int64_t i = 0; i < H * S; ++i) CHECK(g.dangle_state[H * S + i] == u.df.d_angle[H * S + i]);
   for (int64_t i = 0; i < H * P * N; ++i) CHECK(g.dssm_state[H * P * N + i] == u.df.d_ssm[H * P * N + i]);
@@ -264,87 +242,29 @@ TEST_CASE("mamba3 mimo backward: gradcheck, varlen with an empty sequence, and -
   REQUIRE(std::exp(-800.0) == 0.0);
   const Upstream ur = make_upstream(pr, ir, 33);
   CHECK(gradcheck("ADT resets (alpha = 0), R=3, Phi Z D, states", pr, ir, ur) < kTol);
-  const MimoGrads gf = backward_mimo_recurrent(pr, ir, ur.d_out, ur.df);
-  MimoInputs ii = ir;
-  ii.adt[r0] = ii.adt[r1] = -INFINITY;
-  const MimoGrads gi = backward_mimo_recurrent(pr, ii, ur.d_out, ur.df);
-  CHECK(gi.dadt[r0] == 0.0);
-  CHECK(gi.dadt[r1] == 0.0);
-  CHECK(gi.dq == gf.dq);
-  CHECK(gi.dk == gf.dk);
-  CHECK(gi.dv == gf.dv);
-  CHECK(gi.dadt == gf.dadt);
-  CHECK(gi.ddt == gf.ddt);
-  CHECK(gi.dtrap == gf.dtrap);
-  CHECK(gi.dq_bias == gf.dq_bias);
-  CHECK(gi.dk_bias == gf.dk_bias);
-  CHECK(gi.dpsi == gf.dpsi);
-  CHECK(gi.dzeta == gf.dzeta);
-  CHECK(gi.dphi == gf.dphi);
-  CHECK(gi.dangles == gf.dangles);
-  CHECK(gi.dd == gf.dd);
-  CHECK(gi.dz == gf.dz);
-  CHECK(gi.dangle_state == gf.dangle_state);
-  CHECK(gi.dssm_state == gf.dssm_state);
-  CHECK(gi.dk_state == gf.dk_state);
-  CHECK(gi.dv_state == gf.dv_state);
-  // The reset blocks the state path: with only d_ssm upstream, nothing reaches the initial SSM state
-  // of (b=1, h=1) through its reset at t=4; the other head of b=1 does get some.
-  Upstream us = ur;
-  std::fill(us.d_out.begin(), us.d_out.end(), 0.0);
-  us.df.d_angle.clear(), us.df.d_k.clear(), us.df.d_v.clear();
-  const MimoGrads gs = backward_mimo_recurrent(pr, ii, us.d_out, us.df);
-  const int64_t PN = pr.P * pr.N;
-  double blocked = 0, open = 0;
-  for (int64_t i = 0; i < PN; ++i) {
-    blocked = std::max(blocked, std::fabs(gs.dssm_state[(1 * pr.H + 1) * PN + i]));
-    open = std::max(open, std::fabs(gs.dssm_state[(1 * pr.H + 0) * PN + i]));
-  }
-  CHECK(blocked == 0.0);
-  CHECK(open > 1e-3);
-  for (double e : gi.dq) CHECK(std::isfinite(e));
+  check_inf_reset([&](const auto& i, const auto& d, const auto& f) { return backward_mimo_recurrent(pr, i, d, f); },
+                  ir, ur, r0, r1);
 }
 
 TEST_CASE("mamba3 mimo backward: no gradient crosses a varlen boundary", "[cpu][L0]") {
   MimoParams p = base(1, 9, 2, 1, 4, 3, 2, 2, false, 2);
   p.cu_seqlens = {0, 4, 9};
-  const MimoInputs in = make_inputs(p, 40, {.d = true, .z = true, .phi = false, .states = true});
-  Upstream u = make_upstream(p, in, 41);
-  // Only sequence 1 is observed: d_out on its tokens (out keeps R: [1,T,R,H,P]), its final-state slot.
-  const int64_t H = p.H, N = p.N, P = p.P, R = p.R, S = p.S(), HP = H * P;
-  std::fill(u.d_out.begin(), u.d_out.begin() + 4 * R * HP, 0.0);
-  std::fill(u.df.d_angle.begin(), u.df.d_angle.begin() + H * S, 0.0);
-  std::fill(u.df.d_ssm.begin(), u.df.d_ssm.begin() + H * P * N, 0.0);
-  std::fill(u.df.d_k.begin(), u.df.d_k.begin() + R * H * N, 0.0);
-  std::fill(u.df.d_v.begin(), u.df.d_v.begin() + H * P, 0.0);
-  const MimoGrads g = backward_mimo_recurrent(p, in, u.d_out, u.df);
-  double leak = 0, inside = 0;
-  auto upd = [&](int64_t t, double v) { (t < 4 ? leak : inside) = std::max(t < 4 ? leak : inside, std::fabs(v)); };
-  for (int64_t t = 0; t < p.T; ++t) {
-    for (int64_t i = 0; i < R * p.G * N; ++i) upd(t, g.dq[t * R * p.G * N + i]), upd(t, g.dk[t * R * p.G * N + i]);
-    for (int64_t i = 0; i < HP; ++i) upd(t, g.dv[t * HP + i]), upd(t, g.dz[t * HP + i]);
-    for (int64_t i = 0; i < H * S; ++i) upd(t, g.dangles[t * H * S + i]);
-    for (int64_t h = 0; h < H; ++h) upd(t, g.dadt[h * p.T + t]), upd(t, g.ddt[h * p.T + t]), upd(t, g.dtrap[h * p.T + t]);
-  }
-  for (int64_t i = 0; i < H * S; ++i) leak = std::max(leak, std::fabs(g.dangle_state[i]));
-  for (int64_t i = 0; i < H * P * N; ++i) leak = std::max(leak, std::fabs(g.dssm_state[i]));
-  for (int64_t i = 0; i < R * H * N; ++i) leak = std::max(leak, std::fabs(g.dk_state[i]));
-  for (int64_t i = 0; i < H * P; ++i) leak = std::max(leak, std::fabs(g.dv_state[i]));
-  CHECK(leak == 0.0);
-  CHECK(inside > 0.01);
-  // The converse by perturbation: changing sequence-0 inputs and states leaves L unchanged exactly.
-  MimoInputs w = in;
-  for (int64_t i = 0; i < 4 * R * p.G * N; ++i) w.q[i] += 0.5, w.k[i] -= 0.3;
-  for (int64_t i = 0; i < 4 * HP; ++i) w.v[i] += 0.5, w.z[i] -= 0.25;
-  for (int64_t i = 0; i < 4 * H * S; ++i) w.angles[i] += 0.3;
-  for (int64_t h = 0; h < H; ++h)
-    for (int64_t t = 0; t < 4; ++t) w.dt[h * p.T + t] += 0.1, w.adt[h * p.T + t] -= 0.2, w.trap[h * p.T + t] += 0.4;
-  for (int64_t i = 0; i < H * S; ++i) w.angle_state[i] += 0.25;
-  for (int64_t i = 0; i < H * P * N; ++i) w.ssm_state[i] += 0.25;
-  for (int64_t i = 0; i < R * H * N; ++i) w.k_state[i] += 0.25;
-  for (int64_t i = 0; i < H * P; ++i) w.v_state[i] += 0.25;
-  CHECK(loss(p, w, u) == loss(p, in, u));
+  const MimoInputs in = make_inputs(p, 40, {.d = true, .z = true, .phi = false, .states = true});  // out keeps R
+  auto backward = [&](const auto& i, const auto& d, const auto& f) { return backward_mimo_recurrent(p, i, d, f); };
+  auto step_loss = [&](const MimoInputs& i, const Upstream& u) { return loss(p, i, u); };
+  check_varlen_isolation(backward, step_loss, in, make_upstream(p, in, 41), p.T, 4);
 }
+
+namespace {
+
+// Two varlen sequences (13 and 17 tokens) of several chunks (Q = 4), R = 3: the mutant and bound tests.
+MimoParams two_sequences() {
+  MimoParams p = base(1, 30, 2, 1, 8, 4, 3, 4, false, 4);
+  p.cu_seqlens = {0, 13, 30};
+  return p;
+}
+
+}  // namespace
 
 // R = 1 with Psi = zeta = Phi = 1 and adjacent pairs is the SISO recurrence: same layouts (Q/K
 // [B,T,1,G,N] = [B,T,G,N], k_state [NS,1,H,N] = [NS,H,N]), the same angle reduction, silu(Z (.) 1) =
@@ -379,15 +299,15 @@ TEST_CASE("mamba3 mimo backward: R = 1 with Psi = zeta = Phi = 1 equals the SISO
     si.q_bias = mi.q_bias, si.k_bias = mi.k_bias, si.angles = mi.angles, si.d = mi.d, si.z = mi.z;
     si.angle_state = mi.angle_state, si.ssm_state = mi.ssm_state, si.k_state = mi.k_state;
     si.v_state = mi.v_state;
-    SisoFinalGrads sf{u.df.d_angle, u.df.d_ssm, u.df.d_k, u.df.d_v};
+    FinalGrads sf{u.df.d_angle, u.df.d_ssm, u.df.d_k, u.df.d_v};
 
     // The forwards agree first (same out, same finals).
     const Result rm = mimo_step(mp, mi), rs = siso_step(sp, si);
     CHECK(rel_diff(rm.out, rs.out) <= 1e-15);
     CHECK(rel_diff(rm.final_ssm, rs.final_ssm) <= 1e-15);
 
-    const MimoGrads gm = backward_mimo_recurrent(mp, mi, u.d_out, u.df);
-    const SisoGrads gs = backward_siso_recurrent(sp, si, u.d_out, sf);
+    const Grads gm = backward_mimo_recurrent(mp, mi, u.d_out, u.df);
+    const Grads gs = backward_siso_recurrent(sp, si, u.d_out, sf);
     const std::vector<std::pair<const char*, double>> diffs = {
         {"q", rel_diff(gm.dq, gs.dq)},
         {"k", rel_diff(gm.dk, gs.dk)},
@@ -422,106 +342,25 @@ TEST_CASE("mamba3 mimo backward: R = 1 with Psi = zeta = Phi = 1 equals the SISO
 TEST_CASE("mamba3 mimo backward: malformed upstream gradients and inputs are refused", "[cpu][L0]") {
   MimoParams p = base(2, 3, 1, 1, 4, 2, 2, 2, false, 2);
   const MimoInputs in = make_inputs(p, 70, {.states = true});
-  Upstream u = make_upstream(p, in, 71);
-  u.d_out.pop_back();
-  REQUIRE_THROWS_AS(backward_mimo_recurrent(p, in, u.d_out, u.df), InputError);
+  check_refusals([&](const auto& i, const auto& d, const auto& f) { return backward_mimo_recurrent(p, i, d, f); },
+                 in, make_upstream(p, in, 71));
   // Without Phi, d_out must keep the rank axis.
   MimoInputs np = in;
   np.phi.clear();
-  u = make_upstream(p, in, 71);  // sized for Phi: [B,T,H,P]
+  Upstream u = make_upstream(p, in, 71);  // sized for Phi: [B,T,H,P]
   REQUIRE_THROWS_AS(backward_mimo_recurrent(p, np, u.d_out, u.df), InputError);
-  u = make_upstream(p, in, 71);
   u.df.d_k.resize(u.df.d_k.size() / p.R);  // SISO layout [NS,H,N]: refused for R = 2
   REQUIRE_THROWS_AS(backward_mimo_recurrent(p, in, u.d_out, u.df), InputError);
-  u = make_upstream(p, in, 71);
-  u.df.d_ssm[0] = NAN;
-  REQUIRE_THROWS_AS(backward_mimo_recurrent(p, in, u.d_out, u.df), InputError);
-  u = make_upstream(p, in, 71);
   MimoInputs bad = in;
-  bad.adt[0] = 0.1;  // ADT > 0: refused as by the forward
-  REQUIRE_THROWS_AS(backward_mimo_recurrent(p, bad, u.d_out, u.df), InputError);
-  bad = in;
   bad.zeta.clear();  // Z without MIMO_Z: refused as by the forward
+  u = make_upstream(p, in, 71);
   REQUIRE_THROWS_AS(backward_mimo_recurrent(p, bad, u.d_out, u.df), InputError);
 }
 
 // ---- Form (b): backward_mimo_chunked against form (a), the chunk-start adjoints, mutants, bound ----
 
-namespace {
-
-struct MimoGradField {
-  const char* name;
-  std::vector<double> MimoGrads::*f;
-};
-const MimoGradField kMimoGradFields[] = {
-    {"dq", &MimoGrads::dq},           {"dk", &MimoGrads::dk},
-    {"dv", &MimoGrads::dv},           {"dadt", &MimoGrads::dadt},
-    {"ddt", &MimoGrads::ddt},         {"dtrap", &MimoGrads::dtrap},
-    {"dq_bias", &MimoGrads::dq_bias}, {"dk_bias", &MimoGrads::dk_bias},
-    {"dpsi", &MimoGrads::dpsi},       {"dzeta", &MimoGrads::dzeta},
-    {"dphi", &MimoGrads::dphi},       {"dangles", &MimoGrads::dangles},
-    {"dd", &MimoGrads::dd},           {"dz", &MimoGrads::dz},
-    {"dnorm_weight", &MimoGrads::dnorm_weight}, {"dangle_state", &MimoGrads::dangle_state},
-    {"dssm_state", &MimoGrads::dssm_state},     {"dk_state", &MimoGrads::dk_state},
-    {"dv_state", &MimoGrads::dv_state},         {"dchunk_states", &MimoGrads::dchunk_states},
-};
-
-double max_abs(const std::vector<double>& x) {
-  double m = 0;
-  for (double e : x) m = std::max(m, std::fabs(e));
-  return m;
-}
-
-// Worst agreement per gradient over every comparison of the running test case.
-struct MimoWorst {
-  std::vector<double> per = std::vector<double>(std::size(kMimoGradFields), 0.0);
-  int64_t runs = 0, zero = 0;
-  void print(const char* title) const {
-    std::string line;
-    double all = 0;
-    for (size_t i = 0; i < per.size(); ++i) {
-      char buf[64];
-      std::snprintf(buf, sizeof buf, " %s=%.2e", kMimoGradFields[i].name, per[i]);
-      line += buf;
-      all = std::max(all, per[i]);
-    }
-    std::printf("%s: %lld runs, worst agreement_rel %.2e;%s (%lld analytically zero gradients)\n", title,
-                static_cast<long long>(runs), all, line.c_str(), static_cast<long long>(zero));
-  }
-};
-
-// Both forms on one configuration: every gradient (and dchunk_states) agrees to kFormAgreement. A
-// gradient that is analytically zero (rounding noise in form (a)) is judged by both forms being below
-// 1e-13 of the largest gradient.
-void compare_mimo_forms(const std::string& label, const MimoParams& p, const MimoInputs& in, const Upstream& u,
-                        MimoWorst& worst) {
-  const MimoGrads a = backward_mimo_recurrent(p, in, u.d_out, u.df);
-  const MimoGrads b = backward_mimo_chunked(p, in, u.d_out, u.df);
-  REQUIRE(a.dchunk_count == b.dchunk_count);
-  double scale = 0;
-  for (const auto& fld : kMimoGradFields) scale = std::max(scale, max_abs(a.*(fld.f)));
-  for (size_t i = 0; i < std::size(kMimoGradFields); ++i) {
-    const auto& fa = a.*(kMimoGradFields[i].f);
-    const auto& fb = b.*(kMimoGradFields[i].f);
-    INFO(label << " gradient " << kMimoGradFields[i].name);
-    REQUIRE(fa.size() == fb.size());
-    for (double e : fb) REQUIRE(std::isfinite(e));
-    if (!fa.empty() && max_abs(fa) <= 1e-13 * scale) {
-      CHECK(max_abs(fb) <= 1e-13 * scale);
-      ++worst.zero;
-      continue;
-    }
-    const double r = agreement_rel(fb, fa);
-    CHECK(r <= kFormAgreement);
-    worst.per[i] = std::max(worst.per[i], r);
-  }
-  ++worst.runs;
-}
-
-}  // namespace
-
 TEST_CASE("mamba3 mimo backward: chunked form (b) agrees with the recurrent form (a)", "[cpu][L0]") {
-  MimoWorst worst;
+  Worst worst;
   struct Cfg {
     const char* name;
     MimoParams p;
@@ -557,7 +396,7 @@ TEST_CASE("mamba3 mimo backward: chunked form (b) agrees with the recurrent form
         MimoParams p = cfg.p;
         p.chunk_size = q0 == 0 ? p.T : q0;
         const int norm = mode >= 32 ? 1 : mode >= 16 ? 2 : 0;
-        const Opts o{.d = (mode & 1) != 0, .z = (mode & 2) != 0 || norm > 0, .phi = (mode & 4) != 0 || norm > 0,
+        const InOpts o{.d = (mode & 1) != 0, .z = (mode & 2) != 0 || norm > 0, .phi = (mode & 4) != 0 || norm > 0,
                      .states = (mode & 8) != 0, .norm = norm};
         MimoInputs in = make_inputs(p, ++seed, o);
         if (cfg.resets) {
@@ -569,7 +408,8 @@ TEST_CASE("mamba3 mimo backward: chunked form (b) agrees with the recurrent form
         const Upstream u = make_upstream(p, in, ++seed, mask);
         const std::string label = std::string(cfg.name) + " Q=" + std::to_string(p.chunk_size) +
                                   " mode=" + std::to_string(mode);
-        compare_mimo_forms(label, p, in, u, worst);
+        compare_forms(label, backward_mimo_recurrent(p, in, u.d_out, u.df), backward_mimo_chunked(p, in, u.d_out, u.df),
+                      worst);
       }
     }
   }
@@ -579,37 +419,25 @@ TEST_CASE("mamba3 mimo backward: chunked form (b) agrees with the recurrent form
     p.chunk_size = 4;
     const MimoInputs in = make_inputs(p, 900, {.states = true});
     const Upstream u = make_upstream(p, in, 901);
-    const MimoGrads g1 = backward_mimo_chunked(p, in, u.d_out, u.df), g2 = backward_mimo_chunked(p, in, u.d_out, u.df);
-    for (const auto& fld : kMimoGradFields) CHECK(g1.*(fld.f) == g2.*(fld.f));
+    const Grads g1 = backward_mimo_chunked(p, in, u.d_out, u.df), g2 = backward_mimo_chunked(p, in, u.d_out, u.df);
+    check_same_grads(g1, g2);
   }
 }
 
 TEST_CASE("mamba3 mimo chunked backward: each mutant changes what it targets", "[cpu][L0]") {
   // Two sequences of several chunks with input states, R = 3: the carry, its decay, the shifted
   // trapezoid term and the cross-rank diagonal all matter.
-  MimoParams p = base(1, 30, 2, 1, 8, 4, 3, 4, false, 4);
-  p.cu_seqlens = {0, 13, 30};
+  MimoParams p = two_sequences();
   const MimoInputs in = make_inputs(p, 700, {.states = true});
   const Upstream u = make_upstream(p, in, 701);
-  const MimoGrads ref = backward_mimo_chunked(p, in, u.d_out, u.df);
-  for (const MimoBwdMutant m : kAllMimoBwdMutants) {
-    const MimoGrads g = backward_mimo_chunked(p, in, u.d_out, u.df, {m, std::nullopt});
-    double worst = 0;
-    for (const auto& fld : kMimoGradFields) worst = std::max(worst, agreement_rel(g.*(fld.f), ref.*(fld.f)));
-    INFO(mimo_bwd_mutant_name(m) << ": worst agreement_rel " << worst);
-    CHECK(worst > 1e-3);
-  }
-  // no_shifted_term_grad moves only the coefficient gradients (and what reads dw_0).
-  const MimoGrads gs = backward_mimo_chunked(p, in, u.d_out, u.df, {MimoBwdMutant::no_shifted_term_grad, std::nullopt});
-  CHECK(gs.dq == ref.dq);
-  CHECK(gs.dv == ref.dv);
-  CHECK(agreement_rel(gs.dtrap, ref.dtrap) > 1e-3);
+  check_bwd_mutants([&](const ChunkedBackwardOptions& o) { return backward_mimo_chunked(p, in, u.d_out, u.df, o); },
+                    kAllMimoBwdMutants);
   // diag_same_rank_only is a no-op at R = 1.
   MimoParams p1 = base(1, 9, 1, 1, 4, 2, 1, 2, false, 4);
   const MimoInputs in1 = make_inputs(p1, 710, {});
   const Upstream u1 = make_upstream(p1, in1, 711);
-  const MimoGrads a1 = backward_mimo_chunked(p1, in1, u1.d_out, u1.df);
-  const MimoGrads b1 = backward_mimo_chunked(p1, in1, u1.d_out, u1.df, {MimoBwdMutant::diag_same_rank_only, std::nullopt});
+  const Grads a1 = backward_mimo_chunked(p1, in1, u1.d_out, u1.df);
+  const Grads b1 = backward_mimo_chunked(p1, in1, u1.d_out, u1.df, {BwdMutant::diag_same_rank_only, std::nullopt});
   CHECK(a1.dq == b1.dq);
   CHECK(a1.ddt == b1.ddt);
 }
@@ -623,43 +451,21 @@ TEST_CASE("mamba3 backward_mimo_bound holds every gradient element", "[cpu][L0]"
   // uniform inputs that is ~20, so the norm case allows 1e4 (measured worst ~2.5e3, dadt).
   for (int norm : {0, 2}) {
     const double slack = norm ? 1e4 : 100;
-    double worst_slack = 0;
-    MimoParams p = base(1, 30, 2, 1, 8, 4, 3, 4, false, 4);
-    p.cu_seqlens = {0, 13, 30};
+    MimoParams p = two_sequences();
     const MimoInputs in = make_inputs(p, 800 + norm, {.states = true, .norm = norm});
     const Upstream u = make_upstream(p, in, 801);
-    const MimoGrads g = backward_mimo_recurrent(p, in, u.d_out, u.df);
-    const MimoGrads b = backward_mimo_bound(p, in, u.d_out, u.df);
-    for (const auto& fld : kMimoGradFields) {
-      const auto &gv = g.*(fld.f), &bv = b.*(fld.f);
-      INFO("norm " << norm << " " << fld.name);
-      REQUIRE(gv.size() == bv.size());
-      double gmax = 0, bmax = 0;
-      for (size_t i = 0; i < gv.size(); ++i) {
-        CHECK(std::abs(gv[i]) <= bv[i] * (1 + 1e-12));
-        gmax = std::max(gmax, std::abs(gv[i])), bmax = std::max(bmax, bv[i]);
-      }
-      CHECK(bmax <= slack * gmax);
-      if (gmax > 0) worst_slack = std::max(worst_slack, bmax / gmax);
-    }
-    std::printf("mamba3 backward_mimo_bound, fused norm %d: worst max(bound) / max|gradient| %.3g\n", norm, worst_slack);
+    const Grads g = backward_mimo_recurrent(p, in, u.d_out, u.df);
+    const Grads b = backward_mimo_bound(p, in, u.d_out, u.df);
+    INFO("fused norm " << norm);
+    const double worst_slack = check_bound_holds(g, b, slack);
+    std::printf("mamba3 backward_mimo_bound, fused norm %d: worst max(bound) / max|gradient| %.3g\n", norm,
+                worst_slack);
   }
 }
 
 TEST_CASE("mamba3 mimo backward: chunked form (b) refuses malformed upstream gradients", "[cpu][L0]") {
   MimoParams p = base(2, 3, 1, 1, 4, 2, 2, 2, false, 2);
   const MimoInputs in = make_inputs(p, 72, {.states = true});
-  Upstream u = make_upstream(p, in, 73);
-  u.d_out.pop_back();
-  REQUIRE_THROWS_AS(backward_mimo_chunked(p, in, u.d_out, u.df), InputError);
-  u = make_upstream(p, in, 73);
-  u.df.d_k.pop_back();
-  REQUIRE_THROWS_AS(backward_mimo_chunked(p, in, u.d_out, u.df), InputError);
-  u = make_upstream(p, in, 73);
-  u.df.d_ssm[0] = NAN;
-  REQUIRE_THROWS_AS(backward_mimo_chunked(p, in, u.d_out, u.df), InputError);
-  u = make_upstream(p, in, 73);
-  MimoInputs bad = in;
-  bad.adt[1] = 0.5;  // ADT > 0: refused as by the forward
-  REQUIRE_THROWS_AS(backward_mimo_chunked(p, bad, u.d_out, u.df), InputError);
+  check_refusals([&](const auto& i, const auto& d, const auto& f) { return backward_mimo_chunked(p, i, d, f); },
+                 in, make_upstream(p, in, 73));
 }
