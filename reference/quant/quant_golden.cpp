@@ -125,7 +125,6 @@ OracleResult nvfp4_oracle(const std::vector<float>& x, int64_t M, int64_t N, con
       r.outputs.push_back(f32_output("xhat" + sfx, {ar, ac}, s, ex, &te));
     } else {
       r.outputs.push_back(f32_output("xhat" + sfx, {ar, ac}, s, ex, nullptr));
-    r.outputs.back().scaled_by = "scale" + sfx, r.outputs.back().scale_block = 32;
     }
     r.agreement.push_back({"xhat" + sfx, "kernel", "tensor", agreement_rel(ex, nvfp4_dequantize_exact(db))});
     r.intermediates.push_back(Tensor{"s_enc" + sfx, {"one"}, {1}, DType::f32, {static_cast<double>(da.s_enc)}});

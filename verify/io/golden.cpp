@@ -169,11 +169,30 @@ static void write_codes(h5::File& f, const std::string& ds, DType t, const Shape
   f.write(ds, e, shape, buf.data());
 }
 
+// An output scaled per block by another (Output::scaled_by) names an output of its rows with one
+// scale per block along the last axis. Checked before a golden is written and when one is read,
+// so gen never writes a file its reader refuses.
+static void check_scale_links(const std::string& path, const Golden& g) {
+  for (const auto& o : g.outputs) {
+    if (o.scaled_by.empty()) continue;
+    const Output* sc = g.output(o.scaled_by);
+    const auto& e = o.expected;
+    const bool fits = sc && sc != &o && o.scale_block > 0 && sc->expected.shape.size() == e.shape.size() && !e.shape.empty() &&
+                      std::equal(e.shape.begin(), e.shape.end() - 1, sc->expected.shape.begin()) &&
+                      sc->expected.shape.back() == (e.shape.back() + o.scale_block - 1) / o.scale_block;
+    if (!fits)
+      throw InputError(fmt::format("{}: /expected/{}: attribute 'scaled_by' = '{}' does not name another output of shape {} "
+                                   "with blocks of {} along the last axis",
+                                   path, e.name, printable(o.scaled_by), shape_str(e.shape), o.scale_block));
+  }
+}
+
 void write_golden(const std::string& path, const Golden& g) {
   namespace fs = std::filesystem;
   std::lock_guard<std::recursive_mutex> lk(h5::library_mutex());
   check_output_path(path, "golden");  // never renamed over a device, FIFO, link or an input
   fs::create_directories(fs::path(path).parent_path());
+  check_scale_links(path, g);
   const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
   try {
     auto f = h5::File::create(tmp);
@@ -409,18 +428,7 @@ static Golden read_golden_here(const std::string& path) {
     g.outputs.push_back(std::move(o));
   }
   if (g.outputs.empty()) throw InputError(fmt::format("{}: /expected: no expected outputs", path));
-  for (const auto& o : g.outputs) {
-    if (o.scaled_by.empty()) continue;
-    const Output* sc = g.output(o.scaled_by);
-    const auto& e = o.expected;
-    const bool fits = sc && sc != &o && sc->expected.shape.size() == e.shape.size() && !e.shape.empty() &&
-                      std::equal(e.shape.begin(), e.shape.end() - 1, sc->expected.shape.begin()) &&
-                      sc->expected.shape.back() == (e.shape.back() + o.scale_block - 1) / o.scale_block;
-    if (!fits)
-      throw InputError(fmt::format("{}: /expected/{}: attribute 'scaled_by' = '{}' does not name another output of shape {} "
-                                   "with blocks of {} along the last axis",
-                                   path, e.name, printable(o.scaled_by), shape_str(e.shape), o.scale_block));
-  }
+  check_scale_links(path, g);
   for (const auto& n : f.list("/intermediates")) {
     const std::string ds = "/intermediates/" + n;
     Tensor t;
@@ -493,7 +501,12 @@ std::vector<std::string> golden_diff(const Golden& fresh, const Golden& stored, 
     if (o.rounded.has_value() != s->rounded.has_value() || (o.rounded && *o.rounded != *s->rounded))
       d.push_back(fmt::format("rounded '{}': codes differ", nm));
     if (o.allow_nonfinite != s->allow_nonfinite) d.push_back(fmt::format("output '{}': allow_nonfinite differs", nm));
+    if (o.bound2.has_value() != s->bound2.has_value() || (o.bound2 && !(agreement_rel(*o.bound2, *s->bound2) <= rel)))
+      d.push_back(fmt::format("bound2 '{}': differs", nm));
     if (o.allowed_mask != s->allowed_mask) d.push_back(fmt::format("allowed_mask '{}': differs", nm));
+    if (o.scaled_by != s->scaled_by || o.scale_block != s->scale_block)
+      d.push_back(fmt::format("output '{}': scaled by '{}' in blocks of {} (stored: '{}', {})", nm, o.scaled_by,
+                              o.scale_block, s->scaled_by, s->scale_block));
     if (o.alt.has_value() != s->alt.has_value() || (o.alt && !(agreement_rel(*o.alt, *s->alt) == 0)))
       d.push_back(fmt::format("alt '{}': differs", nm));
   }

@@ -155,3 +155,31 @@ TEST_CASE("integer outputs stored as unsigned codes of their own width keep thei
   CHECK(read_candidate(f, a) == std::vector<double>{0, 1, -1});
   CHECK(read_candidate(f, b) == std::vector<double>{0, 7, -3});
 }
+
+TEST_CASE("a scale link the reader would refuse is refused at write, and golden_diff sees the link", "[cpu][L0]") {
+  const auto dir = test_dir("scale_link");
+  auto g = sample_golden();
+  Output sc;
+  sc.expected = Tensor{"scale", {"NB"}, {1}, DType::ue8m0, {1}};
+  sc.rounded = std::vector<uint64_t>{127};
+  g.outputs.push_back(sc);
+  auto& codes = g.outputs[1];
+  codes.scaled_by = "scale", codes.scale_block = 32;  // 4 codes, one block of 32: fits
+  const auto ok = (dir / "ok.h5").string();
+  write_golden(ok, g);
+  const auto r = read_golden(ok);
+  REQUIRE(golden_diff(g, r).empty());
+  auto other = g;
+  other.outputs[1].scale_block = 16;  // still one block: readable, but not what was stored
+  const auto d = golden_diff(other, r);
+  REQUIRE(d.size() == 1);
+  REQUIRE(d[0].find("scaled by 'scale' in blocks of 16 (stored: 'scale', 32)") != std::string::npos);
+  // Blocks of 2 need two scales; the golden has one. Nothing is written, not even a temp file.
+  codes.scale_block = 2;
+  const auto bad = (dir / "bad.h5").string();
+  REQUIRE_THROWS_WITH(write_golden(bad, g), assay_test::Contains("/expected/codes: attribute 'scaled_by'"));
+  REQUIRE(!fs::exists(bad));
+  for (const auto& de : fs::directory_iterator(dir)) REQUIRE(de.path().filename() == "ok.h5");
+  codes.scale_block = 0;
+  REQUIRE_THROWS_AS(write_golden(bad, g), InputError);
+}
