@@ -105,26 +105,36 @@ inline void make_decay(FwdRng& g, int64_t n, Decay dc, std::vector<double>& dt, 
   }
 }
 
-inline SisoInputs make_siso(const SisoParams& p, uint64_t seed, const Opts& o) {
-  FwdRng g(seed);
+// SISO inputs from any uniform stream, in one draw order: q, k, v, then `decay` fills dt / adt /
+// trap, then the biases, angles, D, z and the input states (angle states in [margin, 2 pi - margin)).
+// The forward tests (make_siso) and the backward tests (FD-safe decay, angle states off the wrap)
+// differ only in the decay and the margin.
+template <class Rng, class DecayFn>
+SisoInputs siso_inputs(Rng& g, const SisoParams& p, bool d, bool z, bool states, double angle_margin, DecayFn decay) {
   SisoInputs in;
   const int64_t NS = nseq(p);
   in.q = g.vec(p.B * p.T * p.G * p.N, -1, 1);
   in.k = g.vec(p.B * p.T * p.G * p.N, -1, 1);
   in.v = g.vec(p.B * p.T * p.H * p.P, -1, 1);
-  make_decay(g, p.B * p.H * p.T, o.decay, in.dt, in.adt, in.trap);
+  decay(in);
   in.q_bias = g.vec(p.H * p.N, -0.5, 0.5);
   in.k_bias = g.vec(p.H * p.N, -0.5, 0.5);
   in.angles = g.vec(p.B * p.T * p.H * p.S, -2, 2);
-  if (o.d) in.d = g.vec(p.H, -1, 1);
-  if (o.z) in.z = g.vec(p.B * p.T * p.H * p.P, -2, 2);
-  if (o.states) {
-    in.angle_state = g.vec(NS * p.H * p.S, 0, 2 * kPi);
+  if (d) in.d = g.vec(p.H, -1, 1);
+  if (z) in.z = g.vec(p.B * p.T * p.H * p.P, -2, 2);
+  if (states) {
+    in.angle_state = g.vec(NS * p.H * p.S, angle_margin, 2 * kPi - angle_margin);
     in.ssm_state = g.vec(NS * p.H * p.P * p.N, -1, 1);
     in.k_state = g.vec(NS * p.H * p.N, -1, 1);
     in.v_state = g.vec(NS * p.H * p.P, -1, 1);
   }
   return in;
+}
+
+inline SisoInputs make_siso(const SisoParams& p, uint64_t seed, const Opts& o) {
+  FwdRng g(seed);
+  return siso_inputs(g, p, o.d, o.z, o.states, 0.0,
+                     [&](SisoInputs& in) { make_decay(g, p.B * p.H * p.T, o.decay, in.dt, in.adt, in.trap); });
 }
 
 struct MOpts {

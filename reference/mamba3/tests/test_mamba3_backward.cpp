@@ -33,27 +33,13 @@ struct InOpts {
 
 SisoInputs make_inputs(const SisoParams& p, uint64_t seed, const InOpts& o) {
   Rng g(seed);
-  SisoInputs in;
-  const int64_t NS = nseq(p), BHT = p.B * p.H * p.T;
-  in.q = g.vec(p.B * p.T * p.G * p.N, -1, 1);
-  in.k = g.vec(p.B * p.T * p.G * p.N, -1, 1);
-  in.v = g.vec(p.B * p.T * p.H * p.P, -1, 1);
-  in.dt = g.vec(BHT, 0.05, 1.0);  // DT >= 0 stays so under the FD step
-  in.adt.resize(BHT);
-  for (int64_t i = 0; i < BHT; ++i) in.adt[i] = -in.dt[i] * g.u(0.1, 1.5);  // ADT < 0 strictly
-  in.trap = g.vec(BHT, -3, 3);
-  in.q_bias = g.vec(p.H * p.N, -0.5, 0.5);
-  in.k_bias = g.vec(p.H * p.N, -0.5, 0.5);
-  in.angles = g.vec(p.B * p.T * p.H * p.S, -2, 2);
-  if (o.d) in.d = g.vec(p.H, -1, 1);
-  if (o.z) in.z = g.vec(p.B * p.T * p.H * p.P, -2, 2);
-  if (o.states) {
-    in.angle_state = g.vec(NS * p.H * p.S, 0.5, 2 * kPi - 0.5);
-    in.ssm_state = g.vec(NS * p.H * p.P * p.N, -1, 1);
-    in.k_state = g.vec(NS * p.H * p.N, -1, 1);
-    in.v_state = g.vec(NS * p.H * p.P, -1, 1);
-  }
-  return in;
+  const int64_t BHT = p.B * p.H * p.T;
+  return siso_inputs(g, p, o.d, o.z, o.states, 0.5, [&](SisoInputs& in) {
+    in.dt = g.vec(BHT, 0.05, 1.0);  // DT >= 0 stays so under the FD step
+    in.adt.resize(BHT);
+    for (int64_t i = 0; i < BHT; ++i) in.adt[i] = -in.dt[i] * g.u(0.1, 1.5);  // ADT < 0 strictly
+    in.trap = g.vec(BHT, -3, 3);
+  });
 }
 
 // Final-state gradients: mask bit 0 angle, 1 ssm, 2 k, 3 v.
