@@ -19,6 +19,8 @@ else()
   add_library(assay_catch2_main STATIC ${PROJECT_SOURCE_DIR}/cmake/catch2_main.cpp)
   target_link_libraries(assay_catch2_main PUBLIC Catch2::Catch2)
   target_include_directories(assay_catch2_main PUBLIC ${PROJECT_SOURCE_DIR}/cmake)
+  # Catch2's runner (the longest single compile of the build at -O2), not code under test.
+  target_compile_options(assay_catch2_main PRIVATE $<$<CONFIG:Release,RelWithDebInfo>:-O0>)
   set(ASSAY_CATCH2_MAIN assay_catch2_main)
 endif()
 include(Catch)
@@ -87,3 +89,19 @@ endif()
 target_compile_definitions(assay_thirdparty INTERFACE TOML_HEADER_ONLY=1 TOML_EXCEPTIONS=1)
 get_target_property(_toml_inc tomlplusplus::tomlplusplus INTERFACE_INCLUDE_DIRECTORIES)
 target_include_directories(assay_thirdparty INTERFACE ${_toml_inc})
+
+# The tests' own flags (cmake/AssayAddOp.cmake) and their precompiled headers: the headers every
+# test file parses, precompiled once in assay_test_pch (an executable like the tests, so with the
+# same flags) and reused by every test executable. ASSAY_TEST_PCH=OFF parses them in each file.
+set(ASSAY_TEST_CXX_FLAGS $<$<CONFIG:Release,RelWithDebInfo>:-O1>)
+option(ASSAY_TEST_PCH "Precompile the headers every test file parses" ON)
+if(ASSAY_TEST_PCH)
+  add_executable(assay_test_pch ${PROJECT_SOURCE_DIR}/cmake/test_pch.cpp)
+  target_include_directories(assay_test_pch PRIVATE ${PROJECT_SOURCE_DIR}/cmake ${PROJECT_SOURCE_DIR})
+  target_link_libraries(assay_test_pch PRIVATE assay_thirdparty ${ASSAY_CATCH2_MAIN})
+  target_compile_options(assay_test_pch PRIVATE ${ASSAY_TEST_CXX_FLAGS})
+  target_precompile_headers(assay_test_pch PRIVATE
+    "${PROJECT_SOURCE_DIR}/cmake/catch_compat.h" <nlohmann/json.hpp> <fmt/format.h>
+    <algorithm> <cmath> <cstdint> <filesystem> <fstream> <functional> <iostream> <map> <memory>
+    <optional> <set> <sstream> <string> <variant> <vector>)
+endif()

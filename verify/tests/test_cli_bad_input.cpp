@@ -229,7 +229,7 @@ TEST_CASE("a golden whose file cannot be completed is never left under its name 
   CHECK_FALSE(fs::exists(d / "out" / "MANIFEST"));
 }
 
-TEST_CASE("fixture fields: NaN, Inf and out-of-range values are refused by name; a fixture path must be a file", "[cpu][L0]") {
+TEST_CASE("fixture fields: NaN, Inf and out-of-range values are refused by name, a fixture path must be a file", "[cpu][L0]") {
   auto d = tmpdir("fields");
   fs::create_directories(d / "fx");
   auto gen = [&](const std::string& field) {

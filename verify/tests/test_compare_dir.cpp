@@ -204,7 +204,7 @@ TEST_CASE("compare --golden-dir pairs by case: Passed, Incorrect with repro, Not
   }
 }
 
-TEST_CASE("compare: single-pair report files and repro bundle; --golden-dir usage errors are one line, exit 2", "[cpu][L0]") {
+TEST_CASE("compare: single-pair report files and repro bundle, --golden-dir usage errors are one line, exit 2", "[cpu][L0]") {
   const auto d = assay_test::fresh_dir("assay_test_compare_dir", "single");
   const auto g = read_golden((kSsd / "t300_q256.h5").string());
   write_candidate(d / "c.h5", g, [](const Output&, size_t i, double x) { return i == 5 ? x + 10 : x; });
@@ -262,7 +262,7 @@ TEST_CASE("inspect --decode writes the C++ codecs' values of every input and exp
   CHECK_THAT(bad.out, Contains("a .h5 target takes one golden"));
 }
 
-TEST_CASE("bisect GOLDEN CANDIDATE prints the first bad position and its chunk; usage errors are one line", "[cpu][L0]") {
+TEST_CASE("bisect GOLDEN CANDIDATE prints the first bad position and its chunk, usage errors are one line", "[cpu][L0]") {
   const auto d = assay_test::fresh_dir("assay_test_compare_dir", "bisect");
   const auto gp = (kSsd / "t1000_q64.h5").string();
   const auto g = read_golden(gp);

@@ -312,7 +312,7 @@ TEST_CASE("plugin ABI: version 1 tables load as strict, version 2 carries the pr
   CHECK_THAT(r.out, assay_test::Contains("precision profile 'no-such-profile' is not one of op scaled_add's profiles"));
 }
 
-TEST_CASE("plugin ABI: version 4 tables declare the intermediates they write; version 2 and 3 strides still hold",
+TEST_CASE("plugin ABI: version 4 tables declare the intermediates they write, version 2 and 3 strides still hold",
           "[cpu][L0]") {
   const auto v4 = kernels::load_plugin(FAKE_PLUGIN_V4);
   REQUIRE(v4 == std::vector<std::string>{"fake_v4_a", "fake_v4_b"});  // the v4 stride
@@ -407,7 +407,7 @@ TEST_CASE("assay verify without a usable GPU: NotRun, exit 125, said clearly", "
   CHECK(t.code == 2);
 }
 
-TEST_CASE("the report opens with a kernel x case matrix; NotSupported pairs collapse by reason (issue 36, item 4)",
+TEST_CASE("the report opens with a kernel x case matrix, NotSupported pairs collapse by reason (issue 36, item 4)",
           "[cpu][L0]") {
   RunReport r;
   auto add = [&](const std::string& kernel, const std::string& cs, Verdict v, const std::string& reason, double ratio) {

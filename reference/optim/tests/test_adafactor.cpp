@@ -6,7 +6,7 @@
 using namespace assay::optim;
 using namespace optim_test;
 
-TEST_CASE("adafactor: t = 1 gives alpha * sign(g) (1-D and rank-1 factored); f32 vs f64",
+TEST_CASE("adafactor: t = 1 gives alpha * sign(g) (1-D and rank-1 factored), f32 vs f64",
           "[cpu][L0]") {
   // t = 1: beta2_t = 1^-0.8 = 1, so var = g^2 (1-D) and, for g_ij = a_i b_j (rank 1),
   // row_var_i = a_i^2 mean(b^2), col_var_j = b_j^2 mean(a^2), mean(row_var) = mean(a^2) mean(b^2):

@@ -6,7 +6,7 @@
 using namespace assay::optim;
 using namespace optim_test;
 
-TEST_CASE("bf16: RNE and TE ties-away at exact ties; RNE matches the core codec", "[cpu][L0]") {
+TEST_CASE("bf16: RNE and TE ties-away at exact ties, RNE matches the core codec", "[cpu][L0]") {
   // bf16 has 8 significant bits: ulp(1) = 2^-7. 1 + 2^-8 is a tie between 1 (even) and 1 + 2^-7:
   // RNE -> 1, TE remainder (ties away) -> 1 + 2^-7. 1 + 3*2^-8 is a tie between 1 + 2^-7 (odd)
   // and 1 + 2^-6 (even): both -> 1 + 2^-6. Signs mirror.
@@ -34,7 +34,7 @@ TEST_CASE("bf16: RNE and TE ties-away at exact ties; RNE matches the core codec"
   }
 }
 
-TEST_CASE("bf16: TE remainder recovers the master exactly; bf16 part is ties-away", "[cpu][L0]") {
+TEST_CASE("bf16: TE remainder recovers the master exactly, bf16 part is ties-away", "[cpu][L0]") {
   Rng r(11);
   for (int i = 0; i < 300000; ++i) {
     uint32_t b = static_cast<uint32_t>(r.next());

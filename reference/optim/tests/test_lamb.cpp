@@ -6,7 +6,7 @@
 using namespace assay::optim;
 using namespace optim_test;
 
-TEST_CASE("lamb: trust ratio, clipping, NVLAMB; f32 vs f64", "[cpu][L0]") {
+TEST_CASE("lamb: trust ratio, clipping, NVLAMB, f32 vs f64", "[cpu][L0]") {
   Rng r(31);
   const std::vector<size_t> sizes{257, 1024, 33};
   std::vector<std::vector<float>> g, p, m, v;

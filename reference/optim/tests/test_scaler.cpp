@@ -6,7 +6,7 @@
 using namespace assay::optim;
 using namespace optim_test;
 
-TEST_CASE("grad scaler: unscale, found_inf, growth, backoff, overflow guard; Megatron hysteresis",
+TEST_CASE("grad scaler: unscale, found_inf, growth, backoff, overflow guard, Megatron hysteresis",
           "[cpu][L0]") {
   GradScalerState st;  // 2^16
   std::vector<std::vector<float>> g{{65536.0f, -131072.0f}, {3.0f}};

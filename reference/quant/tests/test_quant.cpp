@@ -136,7 +136,7 @@ TEST_CASE("UE8M0: RCEIL and floor rules vs frexp derivations over all fp32 expon
   CHECK(ue8m0_from_f32_rceil(NAN) == 0xFF);
 }
 
-TEST_CASE("packing: element 2k in the low nibble; odd widths", "[cpu][L0]") {
+TEST_CASE("packing: element 2k in the low nibble, odd widths", "[cpu][L0]") {
   // codes row 0: 1 2 3 ; row 1: 15 0 7 -> bytes (2<<4|1)=0x21, 0x03 ; (0<<4|15)=0x0F, 0x07
   std::vector<uint8_t> c = {1, 2, 3, 15, 0, 7};
   auto p = pack_e2m1(c, 2, 3);

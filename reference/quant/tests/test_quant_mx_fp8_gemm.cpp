@@ -101,7 +101,7 @@ TEST_CASE("MX: kernel form vs tensor form for MXFP8 e4m3/e5m2 and MXFP4, both ru
 // FP8
 // ================================================================================================
 
-TEST_CASE("FP8 per-tensor / per-channel / DeepSeek blocks: forms agree; hand checks", "[cpu][L0]") {
+TEST_CASE("FP8 per-tensor / per-channel / DeepSeek blocks: forms agree, hand checks", "[cpu][L0]") {
   int64_t elems = 0;
   for (auto gran : {Fp8Granularity::per_tensor, Fp8Granularity::per_channel, Fp8Granularity::block_1x128,
                     Fp8Granularity::block_128x128})
@@ -191,7 +191,7 @@ TEST_CASE("FP8 QAT fake-quant: forward = dequant(quant), STE backward", "[cpu][L
 // Swizzle
 // ================================================================================================
 
-TEST_CASE("scale swizzle 128x4: offset formula vs reshape/permute form; inverse; hand entries", "[cpu][L0]") {
+TEST_CASE("scale swizzle 128x4: offset formula vs reshape/permute form, inverse, hand entries", "[cpu][L0]") {
   // Hand entries (A5), C = 8 padded columns: (0,0)->0, (0,1)->1, (1,0)->16, (32,0)->4, (96,3)->15,
   // (0,4)->512, (128,0)->(C/4)*512 = 1024, (31,0)->496.
   CHECK(swizzle_offset(0, 0, 8) == 0);
@@ -222,7 +222,7 @@ TEST_CASE("scale swizzle 128x4: offset formula vs reshape/permute form; inverse;
 // GEMM
 // ================================================================================================
 
-TEST_CASE("block-scaled GEMM: integer-valued inputs exact; forms agree; fp32 bound holds", "[cpu][L0]") {
+TEST_CASE("block-scaled GEMM: integer-valued inputs exact, forms agree, fp32 bound holds", "[cpu][L0]") {
   // Integer-valued inputs: NVFP4 with A = 2688 in every tensor gives S_enc = 1, S_dec = 1; integer
   // values in {0, +-1..6}*q_s with q_s integral keep every product and partial sum an integer.
   const int64_t M = 20, N = 12, K = 80;

@@ -132,7 +132,7 @@ TEST_CASE("NVFP4: separate rowwise / columnwise amax", "[cpu][L0]") {
   require_same_dir(*a.col, *b.col, "col");
 }
 
-TEST_CASE("NVFP4 RHT: exact-sum form vs FWHT form; sign vector; post-RHT amax", "[cpu][L0]") {
+TEST_CASE("NVFP4 RHT: exact-sum form vs FWHT form, sign vector, post-RHT amax", "[cpu][L0]") {
   // Sign vector (A3.4): + + + - + - - - - - - + - + - -  -> bits set at i = 3,5,6,7,8,9,10,12,14,15
   // = 0x0008+0x0020+0x0040+0x0080+0x0100+0x0200+0x0400+0x1000+0x4000+0x8000 = 0xD7E8.
   const int signs[16] = {+1, +1, +1, -1, +1, -1, -1, -1, -1, -1, -1, +1, -1, +1, -1, -1};
@@ -257,7 +257,7 @@ TEST_CASE("NVFP4 SR: replay, grid points fixed, unbiasedness and P(up) over 1e6 
   require_same_dir(*qa.col, *qb.col, "sr col");
 }
 
-TEST_CASE("NVFP4 torchao recipe: forms agree; differs from TE; zero tensor", "[cpu][L0]") {
+TEST_CASE("NVFP4 torchao recipe: forms agree, differs from TE, zero tensor", "[cpu][L0]") {
   int64_t diff_codes = 0, diff_scales = 0, total = 0;
   for (bool cuda : {true, false})
     for (bool two : {true, false}) {

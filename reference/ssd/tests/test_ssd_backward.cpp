@@ -465,7 +465,7 @@ TEST_CASE("ssd backward: bounds dominate every gradient, are 0 where the clamp a
   CHECK(agreement_rel(gp.dinitial_states, bp.dinitial_states) <= 1e-14);
 }
 
-TEST_CASE("ssd backward: dstates is the chunk-start adjoint (chunk 0 = dinitial_states; chunk c = the gradient of the state entering chunk c)", "[cpu][L0]") {
+TEST_CASE("ssd backward: dstates is the chunk-start adjoint (chunk 0 = dinitial_states, chunk c = the gradient of the state entering chunk c)", "[cpu][L0]") {
   Cfg c;
   c.B = 2, c.T = 50, c.H = 2, c.P = 3, c.G = 1, c.N = 4;
   const Params p = params(16);
