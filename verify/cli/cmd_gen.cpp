@@ -1,11 +1,18 @@
-// assay gen: fixtures -> goldens. Parallel over cases (OpenMP); HDF5 writes are serialised.
+// assay gen: fixtures -> goldens. Cases run side by side (OpenMP), largest first, each with a share
+// of the -j threads by its work (fixtures/gen/schedule.h); HDF5 writes are serialised.
 //   assay gen [--op OP]... [--case GLOB] [--level L0|L1|L2] [--out DIR] [--check] [--list] [-j N]
+//             [--shard k/n]
+// --shard k/n: only the k-th of n work-balanced parts of the selected cases (a job array's task);
+// shards writing into one directory update their own MANIFEST lines under a lock.
 // --check regenerates in memory and compares with the stored goldens and MANIFEST: inputs
 // bit-identical, outputs within 1e-12 relative, the stored file's own content hashes intact
 // (verify/io/stale.h); missing, orphaned or stale files are reported, and how many are bit-identical.
+#include <fcntl.h>
 #include <fnmatch.h>
 #include <omp.h>
 #include <signal.h>
+#include <sys/file.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,6 +20,7 @@
 #include <charconv>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -26,6 +34,7 @@
 #include "assay_build.h"
 #include "assay_git_rev.h"
 #include "fixtures/gen/op.h"
+#include "fixtures/gen/schedule.h"
 #include "reference/core/check.h"
 #include "verify/cli/cli.h"
 #include "verify/judge/compare.h"
@@ -33,6 +42,7 @@
 #include "verify/io/safe_files.h"
 #include "verify/io/stale.h"
 #include "verify/judge/verdict.h"
+#include "verify/run/runner.h"
 
 namespace fs = std::filesystem;
 
@@ -44,6 +54,7 @@ struct GenOpts {
   std::string case_glob = "*", level = "L0", out;
   bool check = false, list = false, quiet = false;
   int jobs = 0;
+  std::string shard;  // "k/n"
 };
 
 struct Job {
@@ -55,6 +66,7 @@ struct Job {
   std::vector<FormAgreement> agreement;
   std::string manifest;
   double seconds = 0;
+  int threads = 1;    // the threads its oracles ran on
   bool identical = false;  // --check: the stored golden's content hash equals the fresh one's
 };
 
@@ -164,6 +176,16 @@ int run_gen(const GenOpts& o, const Common& common) {
       if (c.level == o.level && fnmatch(o.case_glob.c_str(), c.name.c_str(), 0) == 0)
         jobs.push_back(Job{fixtures.back().get(), &c, op, "ok", {}, {}, {}, 0});
   }
+  if (!o.shard.empty()) {
+    const Shard sh = Shard::parse(o.shard);
+    std::vector<double> work;
+    for (const auto& j : jobs) work.push_back(gen::case_work(*j.c));
+    const auto part = gen::assign_shards(work, sh.n);
+    std::vector<Job> mine;
+    for (size_t i = 0; i < jobs.size(); ++i)
+      if (part[i] == sh.k - 1) mine.push_back(std::move(jobs[i]));
+    jobs = std::move(mine);
+  }
   if (o.list) {
     for (const auto& j : jobs) std::cout << j.c->op << "/" << j.c->name << "  " << j.c->level << "\n";
     return kExitPass;
@@ -189,9 +211,24 @@ int run_gen(const GenOpts& o, const Common& common) {
   std::map<std::string, TolerancePolicy> policies;
   for (const auto& fx : fixtures) policies[fx->op] = TolerancePolicy::for_fixture(*fx);
 
-#pragma omp parallel for schedule(dynamic, 1) num_threads(o.jobs > 0 ? o.jobs : omp_get_max_threads())
-  for (int i = 0; i < n; ++i) {
-    Job& j = jobs[static_cast<size_t>(i)];
+  // Largest first; each case's oracles get the threads ThreadBudget gives it (nested OpenMP).
+  std::vector<double> work;
+  for (const auto& j : jobs) work.push_back(gen::case_work(*j.c));
+  std::vector<size_t> order(jobs.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return work[a] > work[b]; });
+  std::vector<double> work_in_order;
+  for (const size_t i : order) work_in_order.push_back(work[i]);
+  gen::ThreadBudget budget(o.jobs > 0 ? o.jobs : omp_get_max_threads(), work_in_order);
+  omp_set_max_active_levels(2);
+  rusage ru0{};
+  getrusage(RUSAGE_SELF, &ru0);
+
+#pragma omp parallel for schedule(dynamic, 1) num_threads(std::max(1, std::min(budget.total(), n)))
+  for (int oi = 0; oi < n; ++oi) {
+    Job& j = jobs[order[static_cast<size_t>(oi)]];
+    const int threads = budget.take(static_cast<size_t>(oi));
+    omp_set_num_threads(threads);
     const auto s0 = std::chrono::steady_clock::now();
     const auto file = out / golden_rel_path(j.c->op, j.c->name);
     try {
@@ -252,6 +289,8 @@ int run_gen(const GenOpts& o, const Common& common) {
       j.messages.push_back(e.what());
     }
     j.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
+    j.threads = threads;
+    budget.give_back(threads);
 #pragma omp critical(progress)
     {
       ++done;
@@ -266,10 +305,28 @@ int run_gen(const GenOpts& o, const Common& common) {
     }
   }
 
-  // MANIFEST, orphans.
+  rusage ru1{};
+  getrusage(RUSAGE_SELF, &ru1);
+  auto secs_of = [](const timeval& t) { return static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_usec); };
+  const double cpu_s = secs_of(ru1.ru_utime) - secs_of(ru0.ru_utime) + secs_of(ru1.ru_stime) - secs_of(ru0.ru_stime);
+
+  // MANIFEST, orphans. A shard owns only its own cases' lines; shards sharing a directory take
+  // turns (an flock on the directory itself, so nothing is left in it) so that no line is lost.
   std::vector<std::string> global_msgs;
-  const bool whole_ops = o.case_glob == "*";
+  const bool whole_ops = o.case_glob == "*" && o.shard.empty();
   const fs::path mpath = out / "MANIFEST";
+  int lock_fd = -1;
+  if (!o.check) {
+    lock_fd = ::open(out.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (lock_fd < 0 || ::flock(lock_fd, LOCK_EX) != 0)
+      throw InputError(fmt::format("{}: cannot lock the directory for its MANIFEST ({})", out.string(), std::strerror(errno)));
+  }
+  struct Unlock {
+    int fd;
+    ~Unlock() {
+      if (fd >= 0) ::close(fd);
+    }
+  } unlock{lock_fd};
   auto manifest = read_manifest(mpath);
   std::map<std::string, std::string> fresh;
   for (const auto& j : jobs)
@@ -335,11 +392,15 @@ int run_gen(const GenOpts& o, const Common& common) {
     js["level"] = o.level;
     js["out"] = out.string();
     js["seconds"] = secs;
+    js["cpu_seconds"] = cpu_s;
+    js["threads"] = budget.total();
+    if (!o.shard.empty()) js["shard"] = o.shard;
     js["exit_code"] = rc;
     for (const auto& j : jobs) {
       nlohmann::json a = nlohmann::json::array();
       for (const auto& x : j.agreement) a.push_back({{"tensor", x.tensor}, {"forms", x.form_a + " vs " + x.form_b}, {"max_rel", x.max_rel}});
       js["cases"].push_back({{"op", j.c->op}, {"case", j.c->name}, {"status", j.status}, {"seconds", j.seconds},
+                             {"threads", j.threads},
                              {"agreement", a}, {"messages", j.messages}});
       if (o.check) js["cases"].back()["bit_identical"] = j.identical;
     }
@@ -363,11 +424,18 @@ int run_gen(const GenOpts& o, const Common& common) {
       for (const auto& a : j.agreement) r.worst = std::max(r.worst, a.max_rel), worst = std::max(worst, a.max_rel);
     }
     {
-      fmt::print("{:<20} {:>6} {:>6} {:>18} {:>9}\n", "op", "cases", "ok", "oracle agreement", "cpu s");
+      fmt::print("{:<20} {:>6} {:>6} {:>18} {:>9}\n", "op", "cases", "ok", "oracle agreement", "case s");
       for (const auto& [op, r] : rows) fmt::print("{:<20} {:>6} {:>6} {:>18.2e} {:>9.2f}\n", op, r.cases, r.ok, r.worst, r.secs);
     }
     fmt::print("assay gen{}: {}/{} {} cases {} in {:.1f} s (worst oracle-form agreement {:.2e}) -> {}\n",
                o.check ? " --check" : "", n_ok, n, o.level, o.check ? "match" : "written", secs, worst, out.string());
+    // How busy the machine was: CPU time over wall time and the threads given (-j).
+    const auto big = std::max_element(jobs.begin(), jobs.end(), [](const Job& a, const Job& b) { return a.seconds < b.seconds; });
+    if (big != jobs.end())
+      fmt::print("  CPU {:.1f} s in {:.1f} s on {} threads: {:.0f}% busy{}; longest case {}/{} {:.1f} s on {} thread{}\n",
+                 cpu_s, secs, budget.total(), secs > 0 ? 100.0 * cpu_s / (secs * budget.total()) : 0.0,
+                 o.shard.empty() ? "" : fmt::format(" (shard {})", o.shard), big->c->op, big->c->name, big->seconds,
+                 big->threads, big->threads == 1 ? "" : "s");
     if (o.check)
       fmt::print("  {}/{} bit-identical to the stored goldens (same content hash); the rest within 1e-12 relative\n",
                  std::count_if(jobs.begin(), jobs.end(), [](const Job& j) { return j.identical; }), n);
@@ -390,7 +458,10 @@ void add_gen(CLI::App& app, Common& common, int& rc) {
   s->add_flag("--list", o->list, "List the selected cases and exit");
   s->add_flag("--json", common.json, "Machine-readable summary on stdout");
   s->add_flag("-q,--quiet", o->quiet, "No progress output");
-  s->add_option("-j,--jobs", o->jobs, "Parallel cases, 1 to 256 (default: all cores)")->check(CLI::Range(1, 256));
+  s->add_option("-j,--jobs", o->jobs,
+                "Threads in all, 1 to 256 (default: all cores): cases side by side, each with a share by its work")
+      ->check(CLI::Range(1, 256));
+  s->add_option("--shard", o->shard, "Only part k of n (k/n) of the selected cases, split by work (job arrays)");
   s->callback([o, &common, &rc] { rc = run_gen(*o, common); });
 }
 

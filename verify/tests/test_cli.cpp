@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "catch_compat.h"
@@ -364,4 +365,44 @@ TEST_CASE("fixtures are found beside the goldens being judged, never from the wo
                                   (data / "golden").string());
   INFO(rg.out);
   CHECK(rg.code == 0);
+}
+
+TEST_CASE("gen --shard k/n: the shards' union is the whole selection, once each, and their goldens are the unsharded run's",
+          "[cpu][L0]") {
+  auto case_set = [](const std::string& listing) {
+    std::multiset<std::string> s;
+    std::istringstream ls(listing);
+    std::string line;
+    while (std::getline(ls, line))
+      if (!line.empty()) s.insert(line);
+    return s;
+  };
+  const std::string sel = "gen --op attention --op quant --op scaled_add --list";
+  const auto all = run(sel);
+  REQUIRE(all.code == 0);
+  const auto want = case_set(all.out);
+  REQUIRE(want.size() > 40);
+  std::multiset<std::string> got;
+  for (int k = 1; k <= 3; ++k) {
+    const auto r = run(sel + " --shard " + std::to_string(k) + "/3");
+    REQUIRE(r.code == 0);
+    const auto part = case_set(r.out);
+    CHECK(!part.empty());
+    got.insert(part.begin(), part.end());
+  }
+  CHECK(got == want);  // a multiset: a case in two shards would count twice
+
+  // Two shards into one directory (one thread each) write what one unsharded run on two threads
+  // writes: the same MANIFEST, so the same bits, whatever the threads per case.
+  auto whole = tmpdir("gen_whole"), parts = tmpdir("gen_parts");
+  REQUIRE(run("gen --op scaled_add --op quant -q -j 2 --out " + whole.string()).code == 0);
+  REQUIRE(run("gen --op scaled_add --op quant -q -j 1 --shard 2/2 --out " + parts.string()).code == 0);
+  REQUIRE(run("gen --op scaled_add --op quant -q -j 1 --shard 1/2 --out " + parts.string()).code == 0);
+  CHECK(slurp(parts / "MANIFEST") == slurp(whole / "MANIFEST"));
+  CHECK(run("gen --check --op scaled_add --op quant -q --shard 1/2 --out " + parts.string()).code == 0);
+
+  const auto bad = run("gen --op scaled_add --shard 3/2 --out " + parts.string());
+  CHECK(bad.code == 2);
+  CHECK(lines(bad.out) == 1);
+  CHECK_THAT(bad.out, assay_test::Contains("--shard '3/2': need 1 <= k <= n"));
 }
