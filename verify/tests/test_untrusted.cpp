@@ -350,7 +350,8 @@ TEST_CASE("a run over many goldens of one op parses its fixture once", "[cpu][L0
   const auto before = gen::load_fixture_count();
   // (This test binary has no op bindings: check_stale stops at "op not built in", after reading
   // the fixture, which is what is counted.)
-  for (const auto& g : goldens) (void)check_stale(g, std::string(ASSAY_SOURCE_DIR) + "/fixtures");
+  const std::string fixtures = (std::filesystem::path(ASSAY_SOURCE_DIR) / "fixtures").string();
+  for (const auto& g : goldens) (void)check_stale(g, fixtures);
   CHECK(gen::load_fixture_count() - before <= 1);
 }
 
