@@ -72,7 +72,9 @@ struct Job {
 
 // `<case>.h5.tmp.<pid>` files whose process is gone (a run killed mid-write; write_golden
 // renames its temp file into place or removes it). A live pid's file is another run's: kept.
-std::vector<std::string> remove_stale_temps(const fs::path& dir) {
+// `only` given: just these cases' files (a shard leaves the others' alone: their writer may be a
+// live process on another machine sharing the directory, whose pid means nothing here).
+std::vector<std::string> remove_stale_temps(const fs::path& dir, const std::set<std::string>* only = nullptr) {
   std::vector<std::string> removed;
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return removed;
@@ -80,6 +82,7 @@ std::vector<std::string> remove_stale_temps(const fs::path& dir) {
     const std::string name = it->path().filename().string();
     const auto k = name.rfind(".h5.tmp.");
     if (k == std::string::npos) continue;
+    if (only && !only->count(name.substr(0, k))) continue;
     const std::string digits = name.substr(k + 8);
     long pid = 0;
     const auto r = std::from_chars(digits.data(), digits.data() + digits.size(), pid);
@@ -201,8 +204,10 @@ int run_gen(const GenOpts& o, const Common& common) {
     if (ec || !fs::is_directory(out))
       throw InputError(fmt::format("{}: --out: cannot create the output directory ({})", out.string(),
                                    ec ? ec.message() : "a file is in the way"));
+    std::map<std::string, std::set<std::string>> shard_cases;  // op -> this shard's case names
+    for (const auto& j : jobs) shard_cases[j.c->op].insert(j.c->name);
     for (const auto& op : ops)
-      for (const auto& f : remove_stale_temps(out / op))
+      for (const auto& f : remove_stale_temps(out / op, o.shard.empty() ? nullptr : &shard_cases[op]))
         if (!o.quiet && !common.json) fmt::print(stderr, "gen: removed {} (left by a killed run)\n", f);
   }
 

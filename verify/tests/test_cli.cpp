@@ -305,6 +305,21 @@ TEST_CASE("gen removes the temp files of killed runs and keeps a live run's", "[
   CHECK_FALSE(fs::exists(dead));
   CHECK(fs::exists(live));
   CHECK_THAT(r.out, assay_test::Contains("removed " + dead.string()));
+
+  // A shard removes only its own cases' temp files: another shard's writer may be alive on another
+  // machine sharing the directory, where this machine's pid table says nothing.
+  std::string owner;
+  for (int k = 1; k <= 3 && owner.empty(); ++k)
+    if (run("gen --op scaled_add --list --shard " + std::to_string(k) + "/3").out.find("scaled_add/int_exact") !=
+        std::string::npos)
+      owner = std::to_string(k);
+  REQUIRE(!owner.empty());
+  const std::string other = owner == "1" ? "2" : "1";
+  std::ofstream(dead) << "half a golden";
+  REQUIRE(run("gen --op scaled_add -j 1 --shard " + other + "/3 --out " + d.string()).code == 0);
+  CHECK(fs::exists(dead));
+  REQUIRE(run("gen --op scaled_add -j 1 --shard " + owner + "/3 --out " + d.string()).code == 0);
+  CHECK_FALSE(fs::exists(dead));
 }
 
 TEST_CASE("fixtures are found beside the goldens being judged, never from the working directory (issue 36, item 1)",
