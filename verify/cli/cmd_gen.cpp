@@ -66,6 +66,7 @@ struct Job {
   std::vector<FormAgreement> agreement;
   std::string manifest;
   double seconds = 0;
+  double work = 1;    // gen::case_work: orders the cases and shares the threads
   int threads = 1;    // the threads its oracles ran on
   bool identical = false;  // --check: the stored golden's content hash equals the fresh one's
 };
@@ -177,12 +178,12 @@ int run_gen(const GenOpts& o, const Common& common) {
     fixtures.push_back(std::make_unique<gen::Fixture>(gen::load_fixture(path)));
     for (const auto& c : fixtures.back()->cases)
       if (c.level == o.level && fnmatch(o.case_glob.c_str(), c.name.c_str(), 0) == 0)
-        jobs.push_back(Job{fixtures.back().get(), &c, op, "ok", {}, {}, {}, 0});
+        jobs.push_back(Job{fixtures.back().get(), &c, op, "ok", {}, {}, {}, 0, gen::case_work(c)});
   }
   if (!o.shard.empty()) {
     const Shard sh = Shard::parse(o.shard);
     std::vector<double> work;
-    for (const auto& j : jobs) work.push_back(gen::case_work(*j.c));
+    for (const auto& j : jobs) work.push_back(j.work);
     const auto part = gen::assign_shards(work, sh.n);
     std::vector<Job> mine;
     for (size_t i = 0; i < jobs.size(); ++i)
@@ -217,14 +218,11 @@ int run_gen(const GenOpts& o, const Common& common) {
   for (const auto& fx : fixtures) policies[fx->op] = TolerancePolicy::for_fixture(*fx);
 
   // Largest first; each case's oracles get the threads ThreadBudget gives it (nested OpenMP).
-  std::vector<double> work;
-  for (const auto& j : jobs) work.push_back(gen::case_work(*j.c));
   std::vector<size_t> order(jobs.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return work[a] > work[b]; });
-  std::vector<double> work_in_order;
-  for (const size_t i : order) work_in_order.push_back(work[i]);
-  gen::ThreadBudget budget(o.jobs > 0 ? o.jobs : omp_get_max_threads(), work_in_order);
+  double total_work = 0;
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i, total_work += jobs[i].work;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return jobs[a].work > jobs[b].work; });
+  gen::ThreadBudget budget(o.jobs > 0 ? o.jobs : omp_get_max_threads(), total_work, jobs.size());
   omp_set_max_active_levels(2);
   rusage ru0{};
   getrusage(RUSAGE_SELF, &ru0);
@@ -232,7 +230,7 @@ int run_gen(const GenOpts& o, const Common& common) {
 #pragma omp parallel for schedule(dynamic, 1) num_threads(std::max(1, std::min(budget.total(), n)))
   for (int oi = 0; oi < n; ++oi) {
     Job& j = jobs[order[static_cast<size_t>(oi)]];
-    const int threads = budget.take(static_cast<size_t>(oi));
+    const int threads = budget.take(j.work);
     omp_set_num_threads(threads);
     const auto s0 = std::chrono::steady_clock::now();
     const auto file = out / golden_rel_path(j.c->op, j.c->name);
@@ -320,18 +318,17 @@ int run_gen(const GenOpts& o, const Common& common) {
   std::vector<std::string> global_msgs;
   const bool whole_ops = o.case_glob == "*" && o.shard.empty();
   const fs::path mpath = out / "MANIFEST";
-  int lock_fd = -1;
-  if (!o.check) {
-    lock_fd = ::open(out.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (lock_fd < 0 || ::flock(lock_fd, LOCK_EX) != 0)
-      throw InputError(fmt::format("{}: cannot lock the directory for its MANIFEST ({})", out.string(), std::strerror(errno)));
-  }
-  struct Unlock {
-    int fd;
-    ~Unlock() {
+  struct DirLock {  // closing the descriptor releases the flock
+    int fd = -1;
+    ~DirLock() {
       if (fd >= 0) ::close(fd);
     }
-  } unlock{lock_fd};
+  } lock;
+  if (!o.check) {
+    lock.fd = ::open(out.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (lock.fd < 0 || ::flock(lock.fd, LOCK_EX) != 0)
+      throw InputError(fmt::format("{}: cannot lock the directory for its MANIFEST ({})", out.string(), std::strerror(errno)));
+  }
   auto manifest = read_manifest(mpath);
   std::map<std::string, std::string> fresh;
   for (const auto& j : jobs)
