@@ -36,6 +36,29 @@ __device__ __forceinline__ T to_t(float v) {
   return h;
 }
 
+// Rows [0, nrows) of a shared tile with row stride LD elements and NCOLS columns from global rows
+// g[row0 + r * stride + col]; rows past valid_rows and columns past valid_cols are zero-filled so
+// every MMA reads defined values. vec: 16-byte copies (valid_cols and stride multiples of 8).
+template <typename T, int NCOLS>
+__device__ __forceinline__ void load_rows(T* s, int LD, const void* g, int64_t row0, int64_t stride, int nrows,
+                                          int valid_rows, int valid_cols, bool vec, int tid) {
+  const T* gp = static_cast<const T*>(g);
+  if (vec) {
+    constexpr int CPR = NCOLS / 8;
+    for (int i = tid; i < nrows * CPR; i += kThreads) {
+      const int r = i / CPR, col = (i % CPR) * 8;
+      uint4 v = make_uint4(0, 0, 0, 0);
+      if (r < valid_rows && col < valid_cols) v = *reinterpret_cast<const uint4*>(gp + row0 + r * stride + col);
+      *reinterpret_cast<uint4*>(s + r * LD + col) = v;
+    }
+  } else {
+    for (int i = tid; i < nrows * NCOLS; i += kThreads) {
+      const int r = i / NCOLS, col = i % NCOLS;
+      s[r * LD + col] = r < valid_rows && col < valid_cols ? gp[row0 + r * stride + col] : to_t<T>(0.f);
+    }
+  }
+}
+
 // Stage 1: dt processing, the chunk-local cumsum, each chunk's own state.
 // grid (nchunks, B * H, ceil(P / 64)); warp w owns state rows p0 + 16 w .. + 16.
 template <typename T, int NN>
@@ -91,22 +114,30 @@ __global__ void __launch_bounds__(kThreads) chunk_state_kernel(SsdParams p, int 
   const float a_last = sAcum[Qr - 1];
   const int seq_last = sSeq[Qr - 1];
   const bool all_tokens = mut == int(Mutation::state_from_chunk_start);
+  const bool vec = p.P % 8 == 0 && p.N % 8 == 0;
   float acc[NN / 8][4] = {};
   for (int tt = 0; tt < Qr; tt += kTile) {
-    for (int i = tid; i < kTile * 64; i += kThreads) {
-      const int r = i / 64, col = i % 64, l = tt + r, pp = p0 + col;
-      float v = 0.f;
-      if (l < Qr && pp < p.P) v = ld<T>(p.x, ((static_cast<int64_t>(b) * p.T + t0 + l) * p.H + h) * p.P + pp);
-      sX[r * LDX + col] = to_t<T>(v);
-    }
-    for (int i = tid; i < kTile * NN; i += kThreads) {
-      const int r = i / NN, n = i % NN, l = tt + r;
-      float v = 0.f;
-      if (l < Qr && n < p.N && (all_tokens || sSeq[l] == seq_last)) {
+    load_rows<T, 64>(sX, LDX, p.x, ((static_cast<int64_t>(b) * p.T + t0 + tt) * p.H + h) * p.P + p0,
+                     static_cast<int64_t>(p.H) * p.P, kTile, Qr - tt, min(64, p.P - p0), vec, tid);
+    // B * exp(Acum_last - Acum_l) * Delta_l, rounded to T (upstream's cast before the dot with x)
+    constexpr int CPR = NN / 8;
+    for (int i = tid; i < kTile * CPR; i += kThreads) {
+      const int r = i / CPR, n0 = (i % CPR) * 8, l = tt + r;
+      float v[8] = {};
+      if (l < Qr && n0 < p.N && (all_tokens || sSeq[l] == seq_last)) {
         const float scale = expf(fminf(a_last - sAcum[l], 0.f)) * sDelta[l];
-        v = ld<T>(p.Bm, ((static_cast<int64_t>(b) * p.T + t0 + l) * p.G + g) * p.N + n) * scale;
+        const int64_t off = ((static_cast<int64_t>(b) * p.T + t0 + l) * p.G + g) * p.N + n0;
+        if (vec) {
+          const uint4 u = *reinterpret_cast<const uint4*>(static_cast<const T*>(p.Bm) + off);
+          const T* e = reinterpret_cast<const T*>(&u);
+#pragma unroll
+          for (int k = 0; k < 8; ++k) v[k] = static_cast<float>(e[k]) * scale;
+        } else {
+          for (int k = 0; k < 8 && n0 + k < p.N; ++k) v[k] = ld<T>(p.Bm, off + k) * scale;
+        }
       }
-      sBs[r * LDB + n] = to_t<T>(v);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) sBs[r * LDB + n0 + k] = to_t<T>(v[k]);
     }
     __syncthreads();
     if (p0 + 16 * w < p.P) {
@@ -184,17 +215,11 @@ __global__ void __launch_bounds__(kThreads) chunk_scan_kernel(SsdParams p, int m
     sSeq[l] = ok && p.seq_idx ? p.seq_idx[row0 + l] : 0;
   }
   const int seq_prev = c > 0 && p.seq_idx ? p.seq_idx[row0 - 1] : 0;
-  for (int i = tid; i < kTile * NN; i += kThreads) {
-    const int r = i / NN, n = i % NN, l = l0 + r;
-    const float v = l < Qv && n < p.N ? ld<T>(p.Cm, ((row0 + l) * p.G + g) * p.N + n) : 0.f;
-    sC[r * LDN + n] = to_t<T>(v);
-  }
-  const T* cs = static_cast<const T*>(p.chunk_states);
+  const bool vec = p.P % 8 == 0 && p.N % 8 == 0;
+  const int64_t bstride = static_cast<int64_t>(p.G) * p.N, xstride = static_cast<int64_t>(p.H) * p.P;
+  load_rows<T, NN>(sC, LDN, p.Cm, ((row0 + l0) * p.G + g) * p.N, bstride, kTile, Qv - l0, p.N, vec, tid);
   const int64_t sbase = ((static_cast<int64_t>(b) * p.nchunks + c) * p.H + h) * p.P * p.N;
-  for (int i = tid; i < NP * NN; i += kThreads) {
-    const int pp = i / NN, n = i % NN;
-    sS[pp * LDN + n] = pp < p.P && n < p.N ? cs[sbase + static_cast<int64_t>(pp) * p.N + n] : to_t<T>(0.f);
-  }
+  load_rows<T, NN>(sS, LDN, p.chunk_states, sbase, p.N, NP, p.P, p.N, vec, tid);
   __syncthreads();
   const int lw = l0 + 16 * w;  // the warp's first row
   const bool active = lw < Qv;
@@ -222,16 +247,8 @@ __global__ void __launch_bounds__(kThreads) chunk_scan_kernel(SsdParams p, int m
   for (int j = 0; j <= rb; ++j) {
     const int s0k = (mut == int(Mutation::tile0) ? 0 : j) * kTile;  // the tile whose keys are loaded
     __syncthreads();  // the previous tile's reads are done
-    for (int i = tid; i < kTile * NN; i += kThreads) {
-      const int r = i / NN, n = i % NN, s = s0k + r;
-      const float v = s < Qv && n < p.N ? ld<T>(p.Bm, ((row0 + s) * p.G + g) * p.N + n) : 0.f;
-      sB[r * LDN + n] = to_t<T>(v);
-    }
-    for (int i = tid; i < kTile * NP; i += kThreads) {
-      const int r = i / NP, pp = i % NP, s = s0k + r;
-      const float v = s < Qv && pp < p.P ? ld<T>(p.x, ((row0 + s) * p.H + h) * p.P + pp) : 0.f;
-      sX[r * LDP + pp] = to_t<T>(v);
-    }
+    load_rows<T, NN>(sB, LDN, p.Bm, ((row0 + s0k) * p.G + g) * p.N, bstride, kTile, Qv - s0k, p.N, vec, tid);
+    load_rows<T, NP>(sX, LDP, p.x, ((row0 + s0k) * p.H + h) * p.P, xstride, kTile, Qv - s0k, p.P, vec, tid);
     if (mut != int(Mutation::no_sync)) __syncthreads();
     if (!active) continue;
     float sc[kTile / 8][4] = {};
