@@ -1,5 +1,5 @@
 // kernels/gated_delta: launch parameters and launchers of the gated delta rule kernels
-// (gated_delta_recurrent.cu), shared by the registration (gated_delta.cpp) and the test-only
+// (gated_delta_recurrent.cu, gated_delta_chunked.cu), shared by the registration (gated_delta.cpp) and the test-only
 // mutant plugin (kernels/mutants/gated_delta_mutants.cpp). No device code here.
 //
 // Tensors (golden names, docs/ops/gated_delta.md; storage codes, dense row-major):
@@ -41,6 +41,9 @@ enum class Mutation : int {
   varlen_seq0,            // prefill loads ignore the sequence offset: every sequence reads from token 0
   tail_unpadded,          // the producer does not pad the tail tile; consumers still run the whole tile
   no_prologue_barrier,    // no __syncthreads between the first tile's shared-memory writes and its reads
+  // gated_delta_chunked only (varlen_seq0 applies to it too):
+  w_without_decay,        // w = T (beta k) without e^G (the chunked form's missing decay in the delta term)
+  chunk_no_barrier,       // no __syncthreads after one thread's gate prefix sum, before every thread reads it
 };
 
 struct Params {
@@ -68,16 +71,23 @@ inline constexpr int64_t kMaxK = 128;
 // launch per step, the state carried in the final_state buffer.
 cudaError_t gated_delta_recurrent(const Params& p, cudaStream_t s, Mutation m = Mutation::none);
 
+// gated_delta_chunked (gated_delta_chunked.cu): the chunked WY / UT forward on tensor cores
+// (mma.sync bf16 -> fp32), chunk = chunk_size in {16, 32, 64}, K % 16 == 0; bytes of dynamic
+// shared memory it needs per CTA.
+cudaError_t gated_delta_chunked(const Params& p, cudaStream_t s, Mutation m = Mutation::none);
+int64_t chunked_smem_bytes(int64_t chunk, int64_t K);
+
 // Host side (gated_delta_params.cpp). Whether the recurrent kernel can run a case (reasons name
 // what it does not implement), and its launch parameters from a LaunchContext.
 Support recurrent_supported(const KernelCase& g);
+Support chunked_supported(const KernelCase& g);  // recurrent_supported and the chunked kernel's limits
 std::string build_params(const LaunchContext& c, Params& p);
 
 // What the mutants' can_implement needs of a case (from fields and shapes only).
 struct CaseInfo {
   bool decode = false, varlen = false, has_h0 = false;
   Gate gate = Gate::log;
-  int64_t T = 0, max_len = 0;
+  int64_t T = 0, max_len = 0, chunk = 64;
   std::vector<int64_t> seq_starts, seq_lens;  // per sequence
 };
 CaseInfo case_info(const KernelCase& g);

@@ -95,6 +95,18 @@ Support recurrent_supported(const KernelCase& g) {
   return {};
 }
 
+Support chunked_supported(const KernelCase& g) {
+  if (Support s = recurrent_supported(g); !s.ok) return s;
+  const Fields f = fields_of(g.fields);
+  if (f.chunk != 16 && f.chunk != 32 && f.chunk != 64) return no(fmt::format("chunk_size = {}: the kernel is built for 16, 32 and 64", f.chunk));
+  if (Support s = require_dtypes(g, {"q", "k", "v", "o"}, {DType::bf16}); !s.ok)
+    return no("bf16-states kernel (bf16 tensor-core operands): " + s.reason);
+  if (g.output("final_state")->dtype != DType::f32) return no("final_state must be fp32 (the carried state is fp32)");
+  const int64_t K = g.input("q")->shape[3];
+  if (K % 16 != 0) return no(fmt::format("K = {}: the mma k-step is 16", K));
+  return {};
+}
+
 std::string build_params(const LaunchContext& c, Params& p) {
   const Fields f = fields_of(c.params);
   auto in = [&](const char* n, const void*& ptr, Elt& t) -> bool {
@@ -147,6 +159,7 @@ CaseInfo case_info(const KernelCase& g) {
   ci.decode = f.mode == "decode";
   ci.gate = f.gate == "none" ? Gate::none : f.gate == "in_kernel" ? Gate::in_kernel : Gate::log;
   ci.has_h0 = g.input("initial_state") != nullptr;
+  ci.chunk = f.chunk;
   const TensorSpec* q = g.input("q");
   const int64_t B = q && q->shape.size() == 4 ? q->shape[0] : 0;
   ci.T = q && q->shape.size() == 4 ? q->shape[1] : 0;

@@ -321,6 +321,7 @@ cudaError_t gated_delta_recurrent(const Params& p, cudaStream_t s, Mutation m) {
     case Mutation::varlen_seq0: return launch_k<Mutation::varlen_seq0>(p, s);
     case Mutation::tail_unpadded: return launch_k<Mutation::tail_unpadded>(p, s);
     case Mutation::no_prologue_barrier: return launch_k<Mutation::no_prologue_barrier>(p, s);
+    default: break;  // the chunked kernel's mutations
   }
   return cudaErrorInvalidValue;
 }
