@@ -14,6 +14,10 @@
 //   ssd_mutant_init_dropped_b1        initial_states ignored when the batch holds one sequence
 //   ssd_mutant_state_from_chunk_start a chunk's state summed from the chunk start instead of the start
 //                                     of its last sequence, where a sequence boundary falls inside it
+//   ssd_mutant_offsets_i32            x / z / out element offsets computed in 32 bits: wrong once a
+//                                     tensor passes 2^31 elements. No L0 golden is that large; it claims
+//                                     only such goldens, and kernels/ssd/test_ssd_large.cu rejects it on a
+//                                     dedicated 2.4e9-element case (gpu.ssd.large_2e31_offsets_i32_rejected)
 //
 // Tensors: those of ssd_chunked_mma (kernels/ssd/ssd_fwd.h). Each mutant claims only the cases
 // where its defect can change the result (from shapes and case fields only); the others are
@@ -79,6 +83,13 @@ std::vector<KernelDef> mutants() {
                           Mutation::state_from_chunk_start, [](const KernelCase& g, const SsdDims& d) -> Support {
                             if (boundary_inside_chunk(g, d)) return {};
                             return {false, "no packed-sequence boundary inside a chunk"};
+                          }));
+  v.push_back(make_mutant("ssd_mutant_offsets_i32", "ssd_chunked_mma with x / z / out element offsets in 32 bits",
+                          Mutation::offsets_i32, [](const KernelCase& g, const SsdDims&) -> Support {
+                            for (const auto* set : {&g.inputs, &g.outputs})
+                              for (const auto& t : *set)
+                                if (t.numel() > 2147483647) return {};
+                            return {false, "every tensor below 2^31 elements: 32-bit offsets cannot show"};
                           }));
   return v;
 }

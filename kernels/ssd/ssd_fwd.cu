@@ -36,6 +36,11 @@ __device__ __forceinline__ T to_t(float v) {
   return h;
 }
 
+// An element offset as the kernel computes it: 64-bit, or (Mutation::offsets_i32) wrapped to 32 bits.
+__device__ __forceinline__ int64_t off(int64_t i, int mut) {
+  return mut == int(Mutation::offsets_i32) ? static_cast<int64_t>(static_cast<int32_t>(i)) : i;
+}
+
 // Rows [0, nrows) of a shared tile with row stride LD elements and NCOLS columns from global rows
 // g[row0 + r * stride + col]; rows past valid_rows and columns past valid_cols are zero-filled so
 // every MMA reads defined values. vec: 16-byte copies (valid_cols and stride multiples of 8).
@@ -117,7 +122,7 @@ __global__ void __launch_bounds__(kThreads) chunk_state_kernel(SsdParams p, int 
   const bool vec = p.P % 8 == 0 && p.N % 8 == 0;
   float acc[NN / 8][4] = {};
   for (int tt = 0; tt < Qr; tt += kTile) {
-    load_rows<T, 64>(sX, LDX, p.x, ((static_cast<int64_t>(b) * p.T + t0 + tt) * p.H + h) * p.P + p0,
+    load_rows<T, 64>(sX, LDX, p.x, off(((static_cast<int64_t>(b) * p.T + t0 + tt) * p.H + h) * p.P + p0, mut),
                      static_cast<int64_t>(p.H) * p.P, kTile, Qr - tt, min(64, p.P - p0), vec, tid);
     // B * exp(Acum_last - Acum_l) * Delta_l, rounded to T (upstream's cast before the dot with x)
     constexpr int CPR = NN / 8;
@@ -248,7 +253,7 @@ __global__ void __launch_bounds__(kThreads) chunk_scan_kernel(SsdParams p, int m
     const int s0k = (mut == int(Mutation::tile0) ? 0 : j) * kTile;  // the tile whose keys are loaded
     __syncthreads();  // the previous tile's reads are done
     load_rows<T, NN>(sB, LDN, p.Bm, ((row0 + s0k) * p.G + g) * p.N, bstride, kTile, Qv - s0k, p.N, vec, tid);
-    load_rows<T, NP>(sX, LDP, p.x, ((row0 + s0k) * p.H + h) * p.P, xstride, kTile, Qv - s0k, p.P, vec, tid);
+    load_rows<T, NP>(sX, LDP, p.x, off(((row0 + s0k) * p.H + h) * p.P, mut), xstride, kTile, Qv - s0k, p.P, vec, tid);
     if (mut != int(Mutation::no_sync)) __syncthreads();
     if (!active) continue;
     float sc[kTile / 8][4] = {};
@@ -297,7 +302,7 @@ __global__ void __launch_bounds__(kThreads) chunk_scan_kernel(SsdParams p, int m
     for (int e = 0; e < 4; ++e) {
       const int l = e >= 2 ? r1 : r0, pp = nt * 8 + 2 * (lane % 4) + (e & 1);
       if (l >= Qv || pp >= p.P) continue;
-      const int64_t i = ((row0 + l) * p.H + h) * p.P + pp;
+      const int64_t i = off(((row0 + l) * p.H + h) * p.P + pp, mut);
       float y = acc[nt][e];
       if (p.D) y += ld<T>(p.x, i) * p.D[p.D_per_p ? h * p.P + pp : h];
       if (p.z) {

@@ -44,6 +44,7 @@ enum class Mutation : int {
   no_sync,                 // chunk_scan: no barrier between the key-tile stores and their reads
   init_dropped_b1,         // initial_states ignored when the batch holds one sequence (B = 1)
   state_from_chunk_start,  // chunk_state sums from the chunk start, not the last sequence's start
+  offsets_i32,             // x / z / out element offsets computed in 32 bits (wrong past 2^31 elements)
 };
 
 enum class OutType : int { same, f32 };

@@ -178,7 +178,14 @@ int main(int argc, char** argv) {
     // (a missing barrier need not change a result on a given GPU; racecheck sees the hazard).
     const std::map<std::string, std::string> tool_for{{"ssd_mutant_no_sync", "racecheck"},
                                                       {"ssd_mutant_tail_unguarded", "memcheck"}};
+    // Mutants whose defect needs a tensor past 2^31 elements: no L0 golden is that large, and a
+    // dedicated GPU test rejects each (CTest name given).
+    const std::map<std::string, std::string> large_only{{"ssd_mutant_offsets_i32", "gpu.ssd.large_2e31_offsets_i32_rejected"}};
     for (const auto& [k, n] : ran) {
+      if (const auto l = large_only.find(k); l != large_only.end()) {
+        fmt::print(stderr, "  {}: ran {} L0 cases (needs a tensor past 2^31 elements: {})\n", k, n, l->second);
+        continue;
+      }
       EXPECT(n > 0, "{} ran on no case", k);
       fmt::print(stderr, "  {}: ran {} cases, rejected by {}\n", k, n, rejected[k].size());
       for (const auto& line : rejected[k]) fmt::print(stderr, "    {}\n", line);
