@@ -31,9 +31,10 @@ KernelDef make_recurrent() {
 
 KernelDef make_chunked() {
   KernelDef d = common::kernel_def("gated_delta", "gated_delta_chunked",
-      "chunked WY / UT forward (fla chunk_gated_delta_rule): per chunk k k^T, u = T beta v, w = T beta e^G k, "
-      "v_new = u - w S, o and the state update on tensor cores (mma.sync m16n8k16, bf16 operands, fp32 accumulate), "
-      "(I + A)^-1 by fp32 forward substitution; one CTA per (sequence, hv, 16 value columns), fp32 carried state");
+      "chunked WY / UT forward (fla chunk_gated_delta_rule) in three phases on tensor cores (mma.sync m16n8k16, bf16 "
+      "operands, fp32 accumulate): chunk-parallel k k^T, (I + A)^-1 by fp32 forward substitution, u = T beta v, "
+      "w = T beta e^G k; a sequential pass per (sequence, hv, 32 value columns) with the fp32 state in registers "
+      "(v_new = u - w S, the state update); chunk-parallel o");
   d.profile = "bf16-states";
   d.intermediates = {"chunk_states"};
   d.can_implement = chunked_supported;

@@ -72,8 +72,9 @@ inline constexpr int64_t kMaxK = 128;
 cudaError_t gated_delta_recurrent(const Params& p, cudaStream_t s, Mutation m = Mutation::none);
 
 // gated_delta_chunked (gated_delta_chunked.cu): the chunked WY / UT forward on tensor cores
-// (mma.sync bf16 -> fp32), chunk = chunk_size in {16, 32, 64}, K % 16 == 0; bytes of dynamic
-// shared memory it needs per CTA.
+// (mma.sync bf16 -> fp32) in three launches (chunk-parallel WY prep, the sequential state pass,
+// chunk-parallel output) over stream-ordered scratch, chunk = chunk_size in {16, 32, 64},
+// K % 16 == 0; the most bytes of dynamic shared memory one of its CTAs needs.
 cudaError_t gated_delta_chunked(const Params& p, cudaStream_t s, Mutation m = Mutation::none);
 int64_t chunked_smem_bytes(int64_t chunk, int64_t K);
 

@@ -20,12 +20,17 @@
 //                                             shared memory; the consumers read the tile unwritten)
 //
 // gated_delta_chunked (kernels/gated_delta/gated_delta_chunked.cu, profile bf16-states) with:
-//   gated_delta_mutant_chunked_w_without_decay  w = T (beta k): the chunk's cumulative decay e^G left
-//                                             out of w (the chunked form's missing decay in the delta
-//                                             term: v_new = u - w S reads an undecayed state)
-//   gated_delta_mutant_chunked_varlen_seq0      as gated_delta_mutant_varlen_seq0
-//   gated_delta_mutant_chunked_no_barrier       no __syncthreads after thread 0's gate prefix sum: the
-//                                             threads of warps 1-3 read the raw gates (racecheck: RAW)
+//   gated_delta_mutant_chunked_w_without_decay  w = T (beta k) in the WY phase (chunk_prep): the chunk's
+//                                             cumulative decay e^G left out of w (the chunked form's
+//                                             missing decay in the delta term: the state pass's
+//                                             v_new = u - w S reads an undecayed state)
+//   gated_delta_mutant_chunked_varlen_seq0      as gated_delta_mutant_varlen_seq0: the WY phase's k, v,
+//                                             g, beta loads and the output phase's q loads start at
+//                                             token 0 (scratch and o keep the sequence's own rows)
+//   gated_delta_mutant_chunked_no_barrier       no __syncthreads after thread 0's gate prefix sum in the
+//                                             WY phase: the threads of warp 1 (rows 32-63) read the raw
+//                                             gates into e^G, D(last, .) and the scratch G, R
+//                                             (racecheck: RAW)
 //
 // Tensors: those of gated_delta_recurrent (kernels/gated_delta/gated_delta.h). Each mutant claims
 // only the cases where its defect can change the result (the condition is in its can_implement,
