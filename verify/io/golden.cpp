@@ -450,8 +450,11 @@ static Golden read_golden_here(const std::string& path) {
       if (!f.exists(grp)) continue;
       for (const auto& n : f.list(grp)) {
         const std::string ds = std::string(grp) + "/" + n;
+        // A recipe's shape attribute (its errors already name the file and dataset).
+        const bool recipe = std::string_view(grp) == "/inputs" && f.is_group(ds);
+        const Shape rshape = recipe ? recipe_shape(f, ds) : Shape{};
         try {
-          const Shape shape = std::string_view(grp) == "/inputs" && f.is_group(ds) ? recipe_shape(f, ds) : f.info(ds).shape;
+          const Shape shape = recipe ? rshape : f.info(ds).shape;
           if (__builtin_add_overflow(total, numel(shape), &total)) throw InputError("element count overflows");
         } catch (const InputError& e) {
           throw InputError(fmt::format("{}: {}: {}", path, ds, e.what()));
