@@ -16,10 +16,15 @@ from dataclasses import dataclass
 import h5py
 import numpy as np
 
-from . import dtypes
+from . import dtypes, recipe as _recipe
 from .errors import AssayError
 
-__all__ = ["Golden", "OutputSpec", "open"]
+__all__ = ["Golden", "OutputSpec", "open", "RECIPE_HASH_CHECK_BYTES"]
+
+# A regenerated recipe input is checked against its recorded fnv1a64 when its codes take at most
+# this many bytes: FNV-1a is sequential and runs in pure Python here (about 10 MB/s). The C++ reader
+# (assay verify, compare, inspect, gen --check) always checks.
+RECIPE_HASH_CHECK_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -100,6 +105,46 @@ class _LazyArrays(Mapping):
         return f"<{self._group} of {self._path}: {', '.join(self._names)}>"
 
 
+class _Inputs(Mapping):
+    """name -> storage-dtype array; an input stored as its recipe is regenerated on first access
+    (assay.recipe), its hash checked when small (RECIPE_HASH_CHECK_BYTES)."""
+
+    def __init__(self, path: str):
+        self._path, self._arrays, self._recipes, self._hashes, self._order = path, {}, {}, {}, []
+
+    def _add_values(self, name, arr):
+        self._arrays[name] = arr
+        self._order.append(name)
+
+    def _add_recipe(self, name, r, recorded_hash):
+        self._recipes[name], self._hashes[name] = r, recorded_hash
+        self._order.append(name)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name in self._arrays:
+            return self._arrays[name]
+        if name not in self._recipes:
+            raise KeyError(name)
+        r = self._recipes[name]
+        where = f"{self._path}: /inputs/{name}"
+        codes = _recipe.generate_codes(r, where)
+        d = dtypes.get(r.dtype)
+        if codes.nbytes <= RECIPE_HASH_CHECK_BYTES:
+            h = _recipe.input_hash(name, r.dtype, r.shape, codes)
+            if h != self._hashes[name]:
+                raise AssayError(f"{where}: regenerated from its recipe, the codes hash to {h} but the golden recorded "
+                                 f"{self._hashes[name]} (Stale: a recipe attribute or the hash edited)")
+        arr = dtypes.view_codes(codes, d) if d.is_float else codes.view(dtypes.storage(d))
+        self._arrays[name] = arr
+        return arr
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._order)
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+
 class Golden:
     """One golden file, read whole (intermediates lazily).
 
@@ -108,7 +153,9 @@ class Golden:
       provenance: every root attribute (strings decoded, ``oracle_agreement`` parsed from JSON).
       case: the resolved case fields (``/case`` attributes) as int, float, bool, str or list.
       inputs: name -> numpy array in its storage dtype (``ml_dtypes.bfloat16``, ``np.float32``, ...),
-        a bit-level view of the stored codes.
+        a bit-level view of the stored codes. An input the golden stores as its recipe (schema
+        version 3, golden/SCHEMA.md "Inputs by recipe") is regenerated bit-identically on first
+        access (assay.recipe); ``input_recipes`` holds those recipes by name.
       input_dtypes: name -> assay dtype name (``"bf16"``).
       inputs_f64: name -> the inputs' exact float64 values.
       expected: name -> float64 truth. outputs: name -> OutputSpec.
@@ -154,9 +201,22 @@ class Golden:
             if not isinstance(f.get(g), h5py.Group):
                 raise AssayError(f"{p}: /{g}: missing group")
         self.case = _attrs(f["case"], f"{p}: /case")
-        self.inputs, self.input_dtypes, self.axes = {}, {}, {}
+        self.inputs, self.input_dtypes, self.axes, self.input_recipes = _Inputs(p), {}, {}, {}
         for name, ds in f["inputs"].items():
             where = f"{p}: /inputs/{name}"
+            if isinstance(ds, h5py.Group) and "storage" in ds.attrs:
+                attrs = _attrs(ds, where)
+                d = dtypes.get(str(attrs.get("dtype", "")), where)
+                r = _recipe.from_attrs(name, attrs, where)
+                if r.dtype != d.name:
+                    r = _recipe.Recipe(**{**r.__dict__, "dtype": d.name})
+                if "fnv1a64" not in attrs:
+                    raise AssayError(f"{where}: missing attribute fnv1a64")
+                self.inputs._add_recipe(name, r, str(attrs["fnv1a64"]))
+                self.input_recipes[name] = r
+                self.input_dtypes[name] = d.name
+                self.axes[name] = tuple(x for x in str(attrs.get("axes", "")).split(",") if x)
+                continue
             if not isinstance(ds, h5py.Dataset):
                 raise AssayError(f"{where}: not a dataset")
             if "dtype" not in ds.attrs:
@@ -167,7 +227,7 @@ class Golden:
             if ds.dtype.itemsize != d.nbytes:
                 raise AssayError(f"{where}: {ds.dtype.itemsize}-byte integers cannot hold {d.name} codes")
             try:
-                self.inputs[name] = dtypes.view_codes(ds[()], d)
+                self.inputs._add_values(name, dtypes.view_codes(ds[()], d))
             except AssayError as e:
                 raise AssayError(f"{where}: {e}") from None
             self.input_dtypes[name] = d.name

@@ -107,6 +107,12 @@ Golden pack(const gen::Case& c, gen::Generated&& g) {
   p.git_rev = ASSAY_GIT_REV;
   p.compiler = ASSAY_CXX_COMPILER;
   for (const auto& t : g.inputs) gd.input_hashes.push_back(gen::input_hash(t));
+  // Random inputs the case asks to store as recipes (case field `inputs`, golden/SCHEMA.md).
+  for (size_t i = 0; i < g.inputs.size(); ++i)
+    if (g.store_as_recipe(i)) {
+      gd.input_recipes.resize(g.inputs.size());
+      gd.input_recipes[i] = g.recipes[i];
+    }
   gd.inputs = std::move(g.inputs);
   gd.outputs = std::move(g.result.outputs);
   gd.intermediates = std::move(g.result.intermediates);

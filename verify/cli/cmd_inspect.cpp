@@ -29,16 +29,33 @@ std::string axes_str(const std::vector<std::string>& a) {
   return s + "]";
 }
 
+// "normal a=0 b=1 scale=1 specials=nan*2" (the stream and seed are the golden's own).
+std::string recipe_str(const gen::Recipe& r) {
+  std::string s = fmt::format("{} a={} b={} scale={}", printable(r.dist.kind), r.dist.a, r.dist.b, r.dist.scale);
+  for (size_t k = 0; k < r.dist.specials.size(); ++k)
+    s += fmt::format("{}{}*{}", k ? "," : " specials=", printable(r.dist.specials[k].value), r.dist.specials[k].count);
+  return s;
+}
+
 nlohmann::json to_json(const std::string& path, const Golden& g) {
   const auto& p = g.prov;
   nlohmann::json j{{"file", path}, {"schema_version", p.schema_version}, {"op", p.op}, {"case", p.case_name},
                    {"level", p.level}, {"seed", p.seed}, {"rng", p.rng}, {"generator", p.generator},
                    {"git_rev", p.git_rev}, {"compiler", p.compiler}, {"case_toml", p.case_toml},
                    {"content_fnv1a64", g.recorded_content_hash}};
+  if (!g.recipe_stale.empty()) j["stale"] = g.recipe_stale;
   for (size_t i = 0; i < g.inputs.size(); ++i) {
     const auto& t = g.inputs[i];
-    j["inputs"].push_back({{"name", t.name}, {"dtype", name(t.dtype)}, {"shape", t.shape}, {"axes", t.axes},
-                           {"fnv1a64", g.input_hashes[i]}});
+    nlohmann::json in{{"name", t.name}, {"dtype", name(t.dtype)}, {"shape", t.shape}, {"axes", t.axes},
+                      {"fnv1a64", g.input_hashes[i]}, {"storage", input_is_recipe(g, i) ? "recipe" : "values"}};
+    if (input_is_recipe(g, i)) {
+      const auto& r = *g.input_recipes[i];
+      nlohmann::json sp = nlohmann::json::array();
+      for (const auto& x : r.dist.specials) sp.push_back({{"value", x.value}, {"count", x.count}});
+      in["recipe"] = {{"stream", r.stream}, {"seed", r.seed}, {"kind", r.dist.kind}, {"a", r.dist.a}, {"b", r.dist.b},
+                      {"scale", r.dist.scale}, {"specials", sp}};
+    }
+    j["inputs"].push_back(in);
   }
   for (const auto& o : g.outputs)
     j["outputs"].push_back({{"name", o.expected.name}, {"dtype", name(o.expected.dtype)}, {"shape", o.expected.shape},
@@ -66,8 +83,8 @@ void print(const std::string& path, const Golden& g) {
   fmt::print("  inputs:\n");
   for (size_t i = 0; i < g.inputs.size(); ++i) {
     const auto& t = g.inputs[i];
-    fmt::print("    {:<14} {:<8} {:<22} {:<14} fnv1a64={}\n", t.name, name(t.dtype), shape_str(t.shape), axes_str(t.axes),
-               g.input_hashes[i]);
+    fmt::print("    {:<14} {:<8} {:<22} {:<14} fnv1a64={}{}\n", t.name, name(t.dtype), shape_str(t.shape), axes_str(t.axes),
+               g.input_hashes[i], input_is_recipe(g, i) ? fmt::format("  recipe: {}", recipe_str(*g.input_recipes[i])) : "");
   }
   fmt::print("  outputs (fp64 truth; dtype = kernel-facing):\n");
   for (const auto& o : g.outputs)
@@ -149,9 +166,12 @@ void add_inspect(CLI::App& app, Common& common, int& rc) {
     if (one_file && files->size() != 1)
       throw InputError(fmt::format("--decode {}: a .h5 target takes one golden ({} given); give a directory", *decode, files->size()));
     nlohmann::json all = nlohmann::json::array();
+    std::vector<std::string> stale;  // inputs regenerated from recipes that no longer hash as recorded
     for (const auto& f : *files) {
       const auto g = read_golden(f);
+      if (!g.recipe_stale.empty()) stale.push_back(g.recipe_stale);
       if (!decode->empty()) {
+        if (!g.recipe_stale.empty()) throw InputError(g.recipe_stale);  // never decode a Stale input
         write_decoded(one_file ? *decode : (fs::path(*decode) / g.prov.op / (g.prov.case_name + ".h5")).string(), g);
         continue;
       }
@@ -164,6 +184,9 @@ void add_inspect(CLI::App& app, Common& common, int& rc) {
     }
     if (common.json) std::cout << all.dump(2) << "\n";
     rc = kExitPass;
+    // Shown whole above, but Stale is an error: one line each, exit 2.
+    for (const auto& r : stale) fmt::print(stderr, "Stale: {}\n", printable(r));
+    if (!stale.empty()) rc = kExitInput;
   });
 }
 

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "fixtures/gen/inputs.h"
 #include "fixtures/gen/philox.h"
 #include "reference/core/check.h"
 #include "verify/io/h5.h"
@@ -43,6 +44,14 @@ std::optional<Output> Golden::intermediate_output(std::string_view name) const {
   // Non-finite expected values (an empty split's -inf LSE) must then be matched exactly.
   o.allow_nonfinite = std::any_of(t->data.begin(), t->data.end(), [](double x) { return !std::isfinite(x); });
   return o;
+}
+
+bool input_is_recipe(const Golden& g, size_t i) { return i < g.input_recipes.size() && g.input_recipes[i].has_value(); }
+
+int64_t written_schema_version(const Golden& g) {
+  for (size_t i = 0; i < g.inputs.size(); ++i)
+    if (input_is_recipe(g, i)) return std::max(g.prov.schema_version, kSchemaVersionRecipe);
+  return g.prov.schema_version;
 }
 
 std::string golden_rel_path(const std::string& op, const std::string& case_name) {
@@ -135,7 +144,7 @@ std::map<std::string, std::string> golden_hashes(const Golden& g) {
 std::string content_hash(const Golden& g) {
   const auto& p = g.prov;
   Hasher x;
-  x.str(std::to_string(p.schema_version)).str(p.op).str(p.case_name).str(p.level).str(p.case_toml).str(std::to_string(p.seed)).str(p.rng);
+  x.str(std::to_string(written_schema_version(g))).str(p.op).str(p.case_name).str(p.level).str(p.case_toml).str(std::to_string(p.seed)).str(p.rng);
   for (const auto& a : g.agreement) x.str(a.tensor).str(a.form_a).str(a.form_b).f64(a.max_rel);
   for (const auto& [k, v] : g.case_fields.all()) {
     x.str(k).str(std::to_string(v.index()));
@@ -155,6 +164,13 @@ std::string content_hash(const Golden& g) {
   for (const size_t i : order) {
     const auto& t = g.inputs[i];
     x.str(t.name).str(name(t.dtype)).str(join_axes(t.axes)).str(shape_str(t.shape)).str(i < g.input_hashes.size() ? g.input_hashes[i] : "");
+    // An input stored as its recipe: the recipe too, so that an edit that happens to regenerate the
+    // same codes is still an edit (values goldens hash as before).
+    if (input_is_recipe(g, i)) {
+      const auto& r = *g.input_recipes[i];
+      x.str("recipe").str(r.stream).str(std::to_string(r.seed)).str(r.dist.kind).f64(r.dist.a).f64(r.dist.b).f64(r.dist.scale);
+      for (const auto& sp : r.dist.specials) x.str(sp.value).str(std::to_string(sp.count));
+    }
   }
   for (const auto& [path, h] : golden_hashes(g)) x.str(path).str(h);
   return x.hex();
@@ -187,6 +203,29 @@ static void check_scale_links(const std::string& path, const Golden& g) {
   }
 }
 
+// An input stored as its recipe: a group /inputs/<name> whose attributes regenerate it
+// (golden/SCHEMA.md "Inputs by recipe"); no values.
+static void write_recipe(h5::File& f, const std::string& grp, const Tensor& t, const gen::Recipe& r, const std::string& hash) {
+  ASSAY_CHECK(r.dtype == t.dtype && r.shape == t.shape, "input {}: its recipe is of another dtype or shape", t.name);
+  ASSAY_CHECK(r.dtype != DType::ue8m0, "input {}: ue8m0 inputs are stored as values", t.name);
+  f.create_group(grp);
+  f.set_attr(grp, "storage", std::string("recipe"));
+  f.set_attr(grp, "dtype", std::string(name(t.dtype)));
+  f.set_attr(grp, "axes", join_axes(t.axes));
+  f.set_attr_value(grp, "shape", std::vector<int64_t>(t.shape.begin(), t.shape.end()));
+  f.set_attr(grp, "rng", std::string(kRngName));
+  f.set_attr(grp, "stream", r.stream);
+  f.set_attr(grp, "seed", fmt::format("{}", r.seed));
+  f.set_attr(grp, "dist_kind", r.dist.kind);
+  f.set_attr(grp, "dist_a", r.dist.a);
+  f.set_attr(grp, "dist_b", r.dist.b);
+  f.set_attr(grp, "dist_scale", r.dist.scale);
+  nlohmann::json sp = nlohmann::json::array();
+  for (const auto& x : r.dist.specials) sp.push_back({{"value", x.value}, {"count", x.count}});
+  f.set_attr(grp, "specials", sp.dump());
+  f.set_attr(grp, "fnv1a64", hash);
+}
+
 void write_golden(const std::string& path, const Golden& g) {
   namespace fs = std::filesystem;
   std::lock_guard<std::recursive_mutex> lk(h5::library_mutex());
@@ -197,7 +236,7 @@ void write_golden(const std::string& path, const Golden& g) {
   try {
     auto f = h5::File::create(tmp);
     const auto& p = g.prov;
-    f.set_attr("/", "schema_version", p.schema_version);
+    f.set_attr("/", "schema_version", written_schema_version(g));
     f.set_attr("/", "op", p.op);
     f.set_attr("/", "case", p.case_name);
     f.set_attr("/", "level", p.level);
@@ -218,8 +257,14 @@ void write_golden(const std::string& path, const Golden& g) {
     if (std::any_of(g.outputs.begin(), g.outputs.end(), [](const Output& o) { return o.bound2.has_value(); }))
       f.create_group("/bounds2");
     for (const auto& [k, v] : g.case_fields.all()) f.set_attr_value("/case", k, v);
+    ASSAY_CHECK(g.input_recipes.empty() || g.input_recipes.size() == g.inputs.size(), "{} recipes for {} inputs",
+                g.input_recipes.size(), g.inputs.size());
     for (size_t i = 0; i < g.inputs.size(); ++i) {
       const auto& t = g.inputs[i];
+      if (input_is_recipe(g, i)) {
+        write_recipe(f, "/inputs/" + t.name, t, *g.input_recipes[i], g.input_hashes.at(i));
+        continue;
+      }
       std::vector<uint64_t> codes(t.data.size());
       for (size_t k = 0; k < codes.size(); ++k) codes[k] = encode(t.dtype, t.data[k]);
       const std::string ds = "/inputs/" + t.name;
@@ -309,22 +354,71 @@ static std::vector<double> decode_codes(const h5::File& f, const std::string& ds
   return v;
 }
 
-static Golden read_golden_here(const std::string& path);
+// regenerate = false: inputs stored as recipes are validated but not regenerated (their data stays
+// empty): what the crash probe's child reads, since regeneration is our code, not HDF5's.
+static Golden read_golden_here(const std::string& path, bool regenerate = true);
+
+// The logical shape of an input stored as its recipe (attribute `shape`, 1-D int64).
+static Shape recipe_shape(const h5::File& f, const std::string& grp) {
+  const auto v = f.attr_value(grp, "shape");
+  if (const auto* s = std::get_if<std::vector<int64_t>>(&v)) {
+    for (const int64_t e : *s)
+      if (e < 0) throw InputError(fmt::format("{}: {}: attribute 'shape': negative extent {}", f.path(), grp, e));
+    return Shape(s->begin(), s->end());
+  }
+  throw InputError(fmt::format("{}: {}: attribute 'shape': expected a 1-D int64 array", f.path(), grp));
+}
+
+static gen::Recipe read_recipe(const h5::File& f, const std::string& grp, DType dtype, const Shape& shape) {
+  auto bad = [&](std::string_view attr, std::string_view why) {
+    return InputError(fmt::format("{}: {}: attribute '{}': {}", f.path(), grp, attr, why));
+  };
+  if (f.attr_str(grp, "storage") != "recipe") throw bad("storage", "expected \"recipe\" (a group under /inputs is a recipe)");
+  if (const auto rng = f.attr_str(grp, "rng"); rng != kRngName)
+    throw bad("rng", fmt::format("'{}' is not this assay's generator '{}'", printable(rng), kRngName));
+  if (dtype == DType::ue8m0) throw bad("dtype", "ue8m0 inputs are stored as values, never as recipes");
+  gen::Recipe r;
+  r.dtype = dtype;
+  r.shape = shape;
+  r.stream = f.attr_str(grp, "stream");
+  {
+    const auto s = f.attr_str(grp, "seed");
+    const auto res = std::from_chars(s.data(), s.data() + s.size(), r.seed);
+    if (s.empty() || res.ec != std::errc() || res.ptr != s.data() + s.size()) throw bad("seed", "not a decimal uint64");
+  }
+  r.dist.kind = f.attr_str(grp, "dist_kind");
+  r.dist.a = f.attr_f64(grp, "dist_a");
+  r.dist.b = f.attr_f64(grp, "dist_b");
+  r.dist.scale = f.attr_f64(grp, "dist_scale");
+  try {
+    const auto sp = nlohmann::json::parse(f.attr_str(grp, "specials"));
+    if (!sp.is_array()) throw bad("specials", "expected a JSON array of {value, count}");
+    for (const auto& e : sp) {
+      if (!e.is_object() || !e.contains("value") || !e.contains("count") || !e.at("value").is_string() ||
+          !e.at("count").is_number_integer())
+        throw bad("specials", "expected a JSON array of {\"value\": string, \"count\": integer}");
+      r.dist.specials.push_back({e.at("value").get<std::string>(), e.at("count").get<int64_t>()});
+    }
+  } catch (const nlohmann::json::exception&) {
+    throw bad("specials", "malformed JSON");
+  }
+  return r;
+}
 
 Golden read_golden(const std::string& path) {
   std::lock_guard<std::recursive_mutex> lk(h5::library_mutex());
-  h5::probe_in_child(path, [&] { (void)read_golden_here(path); });
+  h5::probe_in_child(path, [&] { (void)read_golden_here(path, false); });
   return read_golden_here(path);
 }
 
-static Golden read_golden_here(const std::string& path) {
+static Golden read_golden_here(const std::string& path, bool regenerate) {
   auto f = h5::File::open_read(path);
   Golden g;
   auto& p = g.prov;
   p.schema_version = f.attr_int("/", "schema_version");
-  if (p.schema_version != kSchemaVersion)
-    throw InputError(fmt::format("{}: attribute 'schema_version': {} (this assay reads {}; regenerate with assay gen){}", path,
-                                 p.schema_version, kSchemaVersion,
+  if (p.schema_version != kSchemaVersion && p.schema_version != kSchemaVersionRecipe)
+    throw InputError(fmt::format("{}: attribute 'schema_version': {} (this assay reads {} and {}; regenerate with assay gen){}",
+                                 path, p.schema_version, kSchemaVersion, kSchemaVersionRecipe,
                                  p.schema_version == 1 ? ": version 1 goldens carry no content hashes" : ""));
   p.op = f.attr_str("/", "op");
   p.case_name = f.attr_str("/", "case");
@@ -358,8 +452,12 @@ static Golden read_golden_here(const std::string& path) {
       if (!f.exists(grp)) continue;
       for (const auto& n : f.list(grp)) {
         const std::string ds = std::string(grp) + "/" + n;
+        // A recipe's shape attribute (its errors already name the file and dataset).
+        const bool recipe = std::string_view(grp) == "/inputs" && f.is_group(ds);
+        const Shape rshape = recipe ? recipe_shape(f, ds) : Shape{};
         try {
-          if (__builtin_add_overflow(total, numel(f.info(ds).shape), &total)) throw InputError("element count overflows");
+          const Shape shape = recipe ? rshape : f.info(ds).shape;
+          if (__builtin_add_overflow(total, numel(shape), &total)) throw InputError("element count overflows");
         } catch (const InputError& e) {
           throw InputError(fmt::format("{}: {}: {}", path, ds, e.what()));
         }
@@ -376,12 +474,39 @@ static Golden read_golden_here(const std::string& path) {
     Tensor t;
     t.name = n;
     t.dtype = dtype_attr(f, ds);
-    t.shape = f.info(ds).shape;
+    const bool recipe = f.is_group(ds);
+    if (recipe && p.schema_version < kSchemaVersionRecipe)
+      throw InputError(fmt::format("{}: {}: an input stored as a recipe needs schema_version {} (the file says {})", path, ds,
+                                   kSchemaVersionRecipe, p.schema_version));
+    t.shape = recipe ? recipe_shape(f, ds) : f.info(ds).shape;
     t.axes = split_axes(f.attr_str(ds, "axes"));
     if (t.axes.size() != t.shape.size())
       throw InputError(fmt::format("{}: {}: {} axes for a rank-{} dataset", path, ds, t.axes.size(), t.shape.size()));
-    t.data = decode_codes(f, ds, t.dtype);
     g.input_hashes.push_back(f.attr_str(ds, "fnv1a64"));
+    if (recipe) {
+      auto r = read_recipe(f, ds, t.dtype, t.shape);
+      const gen::RecipeFail fail = [&](std::string_view field, std::string_view msg) -> void {
+        throw InputError(fmt::format("{}: {}: recipe cannot be regenerated: {}: {}", path, ds, field, msg));
+      };
+      if (!regenerate) {
+        gen::check_dist(r.dist, "dist." + n, fail);  // cheap checks only
+        g.input_recipes.resize(g.inputs.size());
+        g.input_recipes.push_back(std::move(r));
+        g.inputs.push_back(std::move(t));
+        continue;
+      }
+      t.data = gen::realize(r, n, fail);
+      const auto h = gen::input_hash(t);
+      if (h != g.input_hashes.back() && g.recipe_stale.empty())
+        g.recipe_stale = fmt::format("{}: {}: regenerated from its recipe, the codes hash to {} but the golden recorded {} "
+                                     "(a recipe attribute or the hash edited, or this assay generates differently)",
+                                     path, ds, h, g.input_hashes.back());
+      g.input_recipes.resize(g.inputs.size());
+      g.input_recipes.push_back(std::move(r));
+    } else {
+      t.data = decode_codes(f, ds, t.dtype);
+      if (!g.input_recipes.empty()) g.input_recipes.push_back(std::nullopt);
+    }
     g.inputs.push_back(std::move(t));
   }
   for (const auto& n : f.list("/expected")) {

@@ -5,12 +5,16 @@
 #include <string>
 #include <vector>
 
+#include "fixtures/gen/recipe.h"
 #include "reference/core/case_fields.h"
 #include "reference/core/tensor.h"
 
 namespace assay {
 
 inline constexpr int64_t kSchemaVersion = 2;  // 2: content hashes over every dataset and attribute
+// 3: some input is stored as its recipe (golden/SCHEMA.md "Inputs by recipe"). A golden whose inputs
+// are all values is still written as version 2, so every older golden keeps its bytes and hashes.
+inline constexpr int64_t kSchemaVersionRecipe = 3;
 inline constexpr const char* kRngName = "philox4x32-10/assay-inputs-v1";
 
 struct Provenance {
@@ -24,6 +28,12 @@ struct Golden {
   Provenance prov;
   std::vector<Tensor> inputs;             // values are exactly the decoded storage codes
   std::vector<std::string> input_hashes;  // recorded FNV-1a of the storage bytes (fixtures/gen/inputs.h)
+  // Empty, or parallel to inputs: a set entry is (write_golden) / was (read_golden) stored as its
+  // recipe, and read_golden regenerated the values from it (gen::realize, the fixture's own code).
+  std::vector<std::optional<gen::Recipe>> input_recipes;
+  // Set by read_golden when a regenerated input's codes do not hash to its recorded fnv1a64: the
+  // one-line Stale reason naming the file and dataset (check_stale reports it first).
+  std::string recipe_stale;
   std::vector<Output> outputs;
   std::vector<Tensor> intermediates;  // fp64 values; dtype = the dtype kernels hold it in
   std::map<std::string, std::vector<double>> intermediate_bounds;  // by name (bf16-rounded up)
@@ -44,6 +54,12 @@ struct Golden {
   // candidate's intermediate is judged by the one element rule and the policy, like an output.
   std::optional<Output> intermediate_output(std::string_view name) const;
 };
+
+// Whether input i is (to be) stored as its recipe.
+bool input_is_recipe(const Golden& g, size_t i);
+// The schema version a golden is written with: kSchemaVersionRecipe when an input is a recipe, else
+// its prov.schema_version (content_hash covers this number).
+int64_t written_schema_version(const Golden& g);
 
 // Writes to <path>.tmp.<pid> and renames over <path>: a golden is either whole or absent.
 void write_golden(const std::string& path, const Golden& g);

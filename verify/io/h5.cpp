@@ -206,6 +206,11 @@ bool File::exists(const std::string& p) const {
   return true;
 }
 
+bool File::is_group(const std::string& p) const {
+  const Handle h = obj(p);
+  return H5Iget_type(h.get()) == H5I_GROUP;
+}
+
 Handle File::obj(const std::string& p) const {
   if (!exists(p)) fail(p, "missing");
   Handle h(H5Oopen(file_.get(), p.c_str(), H5P_DEFAULT), H5Oclose);

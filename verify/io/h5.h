@@ -81,6 +81,7 @@ class File {
 
   void create_group(const std::string& g);
   bool exists(const std::string& obj) const;       // "/inputs/x"
+  bool is_group(const std::string& obj) const;     // an existing object that is a group
   std::vector<std::string> list(const std::string& group) const;  // child names, sorted
 
   // Writes raw little-endian elements of type `e` (n = prod(shape)).

@@ -1,0 +1,241 @@
+// Inputs stored as recipes (golden/SCHEMA.md "Inputs by recipe"): written by gen's packing, read
+// back by regenerating them with the fixture's own generator (gen::realize), and Stale when the
+// regenerated codes no longer hash to the recorded fnv1a64.
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "catch_compat.h"
+#include "fixtures/gen/op.h"
+#include "reference/core/check.h"
+#include "tests/common.h"
+#include "verify/io/golden.h"
+#include "verify/io/h5.h"
+#include "verify/io/stale.h"
+
+using namespace assay;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path test_dir(const std::string& name) {
+  const auto d = fs::temp_directory_path() / ("assay_test_recipe_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+// One scaled_add case "c" in <dir>/fixtures/scaled_add.toml: bf16 x with specials (normal, so the
+// polar method's rejections are exercised), fp16 y of small integers. `extra` is appended.
+std::string write_fixture(const fs::path& dir, const std::string& extra) {
+  const auto fx = dir / "fixtures";
+  fs::create_directories(fx);
+  std::ofstream(fx / "scaled_add.toml")
+      << "op = \"scaled_add\"\n[[case]]\nname = \"c\"\nlevel = \"L0\"\nseed = 11\nB = 2\nT = 33\nD = 40\nalpha = 0.5\n"
+         "beta = 2.0\ndtype = { x = \"bf16\", y = \"fp16\", out = \"fp32\" }\n"
+         "dist.x = { kind = \"normal\", mean = 0.25, std = 3, scale = 2, specials = [{ value = \"subnormal\", count = 2 }, "
+         "{ value = \"-zero\", count = 3 }, { value = \"max\", count = 1 }] }\n"
+         "dist.y = { kind = \"int\", lo = -5, hi = 9 }\n"
+      << extra;
+  return fx.string();
+}
+
+// What `assay gen` writes for the case (verify/cli/cmd_gen.cpp pack), without the CLI.
+Golden gen_golden(const std::string& fixtures_dir) {
+  const auto fx = gen::load_fixture((fs::path(fixtures_dir) / "scaled_add.toml").string());
+  const auto& c = fx.cases.at(0);
+  const auto* op = gen::find_op("scaled_add");
+  REQUIRE(op != nullptr);
+  auto g = gen::generate_case(*op, c);
+  Golden gd;
+  gd.prov.op = c.op;
+  gd.prov.case_name = c.name;
+  gd.prov.level = c.level;
+  gd.prov.case_toml = c.text;
+  gd.prov.seed = c.seed;
+  for (const auto& t : g.inputs) gd.input_hashes.push_back(gen::input_hash(t));
+  for (size_t i = 0; i < g.inputs.size(); ++i)
+    if (g.store_as_recipe(i)) {
+      gd.input_recipes.resize(g.inputs.size());
+      gd.input_recipes[i] = g.recipes[i];
+    }
+  gd.inputs = std::move(g.inputs);
+  gd.outputs = std::move(g.result.outputs);
+  gd.agreement = std::move(g.result.agreement);
+  gd.single_form = std::move(g.result.single_form);
+  gd.case_fields = c.resolved();
+  return gd;
+}
+
+std::vector<uint8_t> codes(const Golden& g, const std::string& name) { return gen::storage_bytes(*g.input(name)); }
+
+}  // namespace
+
+TEST_CASE("a recipe golden round-trips: regenerated codes equal the values golden's", "[cpu][L0]") {
+  const auto dir = test_dir("rt");
+  const auto fx_values = write_fixture(dir / "v", "");
+  const auto fx_recipe = write_fixture(dir / "r", "inputs = \"recipe\"\n");
+  const auto gv = gen_golden(fx_values);
+  const auto gr = gen_golden(fx_recipe);
+  REQUIRE(gv.input_recipes.empty());
+  REQUIRE(gr.input_recipes.size() == 2);
+  REQUIRE(written_schema_version(gv) == kSchemaVersion);
+  REQUIRE(written_schema_version(gr) == kSchemaVersionRecipe);
+  const auto pv = (dir / "values.h5").string(), pr = (dir / "recipe.h5").string();
+  write_golden(pv, gv);
+  write_golden(pr, gr);
+  {
+    auto f = h5::File::open_read(pr);
+    CHECK(f.is_group("/inputs/x"));
+    CHECK(f.is_group("/inputs/y"));
+    CHECK(f.attr_int("/", "schema_version") == kSchemaVersionRecipe);
+    auto v = h5::File::open_read(pv);
+    CHECK_FALSE(v.is_group("/inputs/x"));
+    CHECK(v.attr_int("/", "schema_version") == kSchemaVersion);
+  }
+  const auto rv = read_golden(pv);
+  const auto rr = read_golden(pr);
+  REQUIRE(rr.recipe_stale.empty());
+  REQUIRE(rr.input_recipes.size() == 2);
+  REQUIRE(*rr.input_recipes[0] == *gr.input_recipes[0]);  // every recipe field survives the file
+  for (const char* n : {"x", "y"}) {
+    INFO(n);
+    CHECK(codes(rr, n) == codes(rv, n));
+    CHECK(rr.input(n)->shape == rv.input(n)->shape);
+    CHECK(rr.input(n)->axes == rv.input(n)->axes);
+    CHECK(rr.input(n)->dtype == rv.input(n)->dtype);
+  }
+  CHECK(rr.input_hashes == rv.input_hashes);
+  CHECK(manifest_line(rr) == manifest_line(rv));
+  // The specials are there: 2 subnormals, 3 -0 and one bf16 max among x's regenerated values.
+  int sub = 0, negzero = 0, max = 0;
+  for (double x : rr.input("x")->data)
+    sub += (x == info(DType::bf16).min_subnormal), negzero += (x == 0 && std::signbit(x)), max += (x == info(DType::bf16).max_finite);
+  CHECK(sub == 2);
+  CHECK(negzero >= 3);
+  CHECK(max == 1);
+  // Fresh, with and without the fixture check (which regenerates the inputs from the case).
+  CHECK_FALSE(check_stale(rr, "").stale);
+  const auto st = check_stale(rr, fx_recipe);
+  INFO(st.reason);
+  CHECK_FALSE(st.stale);
+  CHECK(golden_diff(rv, rr).size() == 1);  // only the case text (inputs = "recipe") differs
+  CHECK(fs::file_size(pr) < fs::file_size(pv));
+}
+
+TEST_CASE("an edited recipe parameter or hash makes the golden Stale with one line naming file and dataset", "[cpu][L0]") {
+  const auto dir = test_dir("edit");
+  const auto fx = write_fixture(dir, "inputs = \"recipe\"\n");
+  const auto path = (dir / "g.h5").string();
+  write_golden(path, gen_golden(fx));
+  REQUIRE_FALSE(check_stale(read_golden(path), "").stale);
+  auto edited = [&](const std::string& tag, auto&& edit) {
+    const auto p = (dir / (tag + ".h5")).string();
+    fs::copy_file(path, p, fs::copy_options::overwrite_existing);
+    {
+      auto f = h5::File::open_rw(p);
+      edit(f);
+      f.close();
+    }
+    return p;
+  };
+  const std::vector<std::pair<std::string, std::function<void(h5::File&)>>> edits{
+      {"std", [](h5::File& f) { f.set_attr("/inputs/x", "dist_b", 3.5); }},
+      {"scale", [](h5::File& f) { f.set_attr("/inputs/x", "dist_scale", 1.0); }},
+      {"kind", [](h5::File& f) { f.set_attr("/inputs/y", "dist_kind", std::string("uniform")); }},
+      {"seed", [](h5::File& f) { f.set_attr("/inputs/y", "seed", std::string("12")); }},
+      {"stream", [](h5::File& f) { f.set_attr("/inputs/x", "stream", std::string("scaled_add/c/y")); }},
+      {"specials", [](h5::File& f) { f.set_attr("/inputs/x", "specials", std::string("[{\"value\":\"subnormal\",\"count\":3}]")); }},
+      {"hash", [](h5::File& f) { f.set_attr("/inputs/y", "fnv1a64", std::string("0123456789abcdef")); }},
+  };
+  for (const auto& [tag, edit] : edits) {
+    INFO(tag);
+    const auto p = edited(tag, edit);
+    const auto g = read_golden(p);
+    const auto st = check_stale(g, "");
+    INFO(st.reason);
+    CHECK(st.stale);
+    CHECK_THAT(st.reason, assay_test::Contains(p));
+    CHECK_THAT(st.reason, assay_test::Contains(tag == "kind" || tag == "seed" || tag == "hash" ? "/inputs/y" : "/inputs/x"));
+    CHECK_THAT(st.reason, assay_test::Contains("regenerated from its recipe"));
+    CHECK(st.reason.find('\n') == std::string::npos);
+  }
+  // An edit too small to change any bf16 code still changes the recipe, which content_fnv1a64 covers.
+  const auto p = edited("ulp", [](h5::File& f) { f.set_attr("/inputs/x", "dist_b", 3.0000000000000004); });
+  const auto g = read_golden(p);
+  CHECK(g.recipe_stale.empty());  // the same codes
+  const auto st = check_stale(g, "");
+  CHECK(st.stale);
+  CHECK_THAT(st.reason, assay_test::Contains("input attributes or the list of datasets hash to"));
+}
+
+TEST_CASE("a recipe that cannot be regenerated is an input error naming file and dataset, never a crash or a hang",
+          "[cpu][L0]") {
+  const auto dir = test_dir("bad");
+  const auto fx = write_fixture(dir, "inputs = \"recipe\"\n");
+  const auto path = (dir / "g.h5").string();
+  write_golden(path, gen_golden(fx));
+  auto err = [&](const std::string& tag, const std::function<void(h5::File&)>& edit) {
+    const auto p = (dir / (tag + ".h5")).string();
+    fs::copy_file(path, p, fs::copy_options::overwrite_existing);
+    {
+      auto f = h5::File::open_rw(p);
+      edit(f);
+      f.close();
+    }
+    try {
+      (void)read_golden(p);
+    } catch (const InputError& e) {
+      const std::string w = e.what();
+      CHECK(w.find('\n') == std::string::npos);
+      CHECK_THAT(w, assay_test::Contains(p + ": /inputs/"));
+      return w;
+    }
+    return std::string("no error");
+  };
+  CHECK_THAT(err("kind", [](h5::File& f) { f.set_attr("/inputs/x", "dist_kind", std::string("cauchy")); }),
+             assay_test::Contains("unknown distribution 'cauchy'"));
+  CHECK_THAT(err("count", [](h5::File& f) { f.set_attr("/inputs/x", "specials", std::string("[{\"value\":\"inf\",\"count\":100000}]")); }),
+             assay_test::Contains("the counts add up to more than the 2640 elements"));
+  CHECK_THAT(err("special", [](h5::File& f) { f.set_attr("/inputs/x", "specials", std::string("[{\"value\":\"pi\",\"count\":1}]")); }),
+             assay_test::Contains("value must be one of"));
+  CHECK_THAT(err("json", [](h5::File& f) { f.set_attr("/inputs/x", "specials", std::string("[{")); }),
+             assay_test::Contains("attribute 'specials': malformed JSON"));
+  CHECK_THAT(err("shape", [](h5::File& f) { f.set_attr_value("/inputs/x", "shape", std::vector<int64_t>{2, -33, 40}); }),
+             assay_test::Contains("negative extent"));
+  CHECK_THAT(err("huge", [](h5::File& f) { f.set_attr_value("/inputs/x", "shape", std::vector<int64_t>{1 << 30, 1 << 30, 40}); }),
+             assay_test::Contains("/inputs/x"));
+  CHECK_THAT(err("rng", [](h5::File& f) { f.set_attr("/inputs/x", "rng", std::string("mt19937")); }),
+             assay_test::Contains("attribute 'rng'"));
+  CHECK_THAT(err("intdtype", [](h5::File& f) { f.set_attr("/inputs/x", "dtype", std::string("i32")); }),
+             assay_test::Contains("integer dtype int32 needs kind = \"int\""));
+  CHECK_THAT(err("v2", [](h5::File& f) { f.set_attr("/", "schema_version", int64_t{2}); }),
+             assay_test::Contains("needs schema_version 3"));
+  CHECK_THAT(err("nan_param", [](h5::File& f) { f.set_attr("/inputs/x", "dist_a", std::nan("")); }),
+             assay_test::Contains("is not a finite number"));
+}
+
+TEST_CASE("which inputs gen stores as recipes: the case field inputs, the size threshold, never explicit values",
+          "[cpu][L0]") {
+  gen::Generated g;
+  gen::Recipe small{"op/c/a", 1, gen::Dist::normal(), DType::bf16, {4, 8}};
+  gen::Recipe big{"op/c/b", 1, gen::Dist::normal(), DType::bf16, {1 << 12, 1 << 12}};  // 2^24 elements
+  gen::Recipe scale{"op/c/s", 1, gen::Dist::integer(100, 120), DType::ue8m0, {1 << 12, 1 << 12}};
+  g.recipes = {small, big, std::nullopt, scale};
+  g.storage = gen::InputStorage::automatic;
+  CHECK_FALSE(g.store_as_recipe(0));
+  CHECK(g.store_as_recipe(1));
+  CHECK_FALSE(g.store_as_recipe(2));  // add_values
+  CHECK_FALSE(g.store_as_recipe(3));  // ue8m0: always values
+  g.storage = gen::InputStorage::recipe;
+  CHECK(g.store_as_recipe(0));
+  CHECK(g.store_as_recipe(1));
+  CHECK_FALSE(g.store_as_recipe(2));
+  g.storage = gen::InputStorage::values;
+  CHECK_FALSE(g.store_as_recipe(0));
+  CHECK_FALSE(g.store_as_recipe(1));
+}
