@@ -10,7 +10,7 @@
 //                                      <op>_mutant_*) is rejected (Incorrect or Failed) on at least
 //                                      one L0 golden (or, for a defect that is a sanitizer's to
 //                                      find, under that sanitizer: tool_for)
-//         sanitize-kernels-<tool>      every built-in quant / optim / ssd / gated_delta kernel on all its L0 cases and
+//         sanitize-kernels-<tool>      every built-in quant / optim / ssd / gated_delta / mamba3 kernel on all its L0 cases and
 //                                      the attention kernels on a reduced set: 0 sanitizer errors
 //
 // With a CTest resource spec (cmake/resources/gpus.json), CTEST_RESOURCE_GROUP_0_GPUS="id:N,..."
@@ -211,7 +211,7 @@ int main(int argc, char** argv) {
     // Attention under the sanitizers: a reduced shape set (racecheck is slow on big tiles).
     const char* reduced = "--case 'decode_sq1_*' --case 'paged_ps3_sink' --case 'd96_sq33_sk129' --case 'varlen_empty' "
                           "--case 'causal_window_sink_sq_gt_sk' --case 'tiles3_t64_d80_fp16_splits7'";
-    for (const std::string& sel : {std::string("--op quant"), std::string("--op optim"), std::string("--op ssd"), std::string("--op gated_delta"),
+    for (const std::string& sel : {std::string("--op quant"), std::string("--op optim"), std::string("--op ssd"), std::string("--op gated_delta"), std::string("--op mamba3"),
                                   fmt::format("--op attention {}", reduced)}) {
       r = assay(exe, fmt::format("sanitize --tool {} {} --runs 1 {}", tool, common, sel));
       if (skip_if_no_gpu(r)) return 125;
