@@ -10,40 +10,22 @@ ratio ours / fla (= fla ms / our ms) per kernel, plus a JSON file. Timing: media
 event times after warm-up (bench_util.h's time_ms). A benchmark, not a test.
 """
 import argparse
-import json
-import statistics
-import subprocess
+import os
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import bench_common  # noqa: E402
 
 
 def time_fla(torch, fn, r, iters):
     B, T, H, HV, K, V = (r[k] for k in ("B", "T", "H", "HV", "K", "V"))
-    dev, bf = "cuda", torch.bfloat16
-    g = torch.Generator(device=dev).manual_seed(7)
-
-    def u(*shape, lo=-1.0, hi=1.0, dtype=bf):
-        return (torch.rand(*shape, device=dev, generator=g) * (hi - lo) + lo).to(dtype)
-
+    u = bench_common.uniform_maker(torch)
     q, k, v = u(B, T, H, K), u(B, T, H, K), u(B, T, HV, V)
     gate = u(B, T, HV, lo=-0.5, hi=-0.01, dtype=torch.float32)
     beta = u(B, T, HV, lo=0.05, hi=0.95)
-
-    def call():
-        return fn(q, k, v, gate, beta, scale=K ** -0.5, output_final_state=True, use_qk_l2norm_in_kernel=True)
-
-    for _ in range(3):
-        call()
-    torch.cuda.synchronize()
-    ms = []
-    for _ in range(iters):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        call()
-        b.record()
-        b.synchronize()
-        ms.append(a.elapsed_time(b))
-    return statistics.median(ms)
-
+    return bench_common.median_ms(torch, lambda: fn(q, k, v, gate, beta, scale=K ** -0.5, output_final_state=True,
+                                                    use_qk_l2norm_in_kernel=True), iters)
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -59,10 +41,7 @@ def main():
                 "gated_delta_recurrent": ("fused_recurrent_gated_delta_rule",
                                           lambda q, k, v, g, beta, **kw: fused_recurrent_gated_delta_rule(
                                               q, k, v, g, beta=beta, **kw))}
-    proc = subprocess.run([a.bin, "--iters", str(a.iters)], capture_output=True, text=True)
-    if proc.returncode != 0:
-        sys.exit(f"bench_gated_delta: {a.bin} failed ({proc.returncode}): {proc.stderr.strip()}")
-    rows = [json.loads(l) for l in proc.stdout.splitlines() if l.startswith("{")]
+    rows = bench_common.run_binary(a.bin, a.iters, "bench_gated_delta")
     print(f"fla {getattr(fla, '__version__', '?')}, torch {torch.__version__}, {torch.cuda.get_device_name()}")
     print(f"{'kernel':<24} {'shape':<30} {'ours ms':>9} {'fla':<34} {'fla ms':>9} {'ours/fla':>9}")
     for r in rows:
@@ -71,8 +50,7 @@ def main():
         r["ratio"] = r["upstream_ms"] / r["ms"]
         shape = "B{B} T{T} H{H} HV{HV} K{K} V{V}".format(**r)
         print(f"{r['kernel']:<24} {shape:<30} {r['ms']:>9.3f} {name:<34} {r['upstream_ms']:>9.3f} {r['ratio']:>8.2f}x")
-    with open(a.out, "w") as f:
-        json.dump(rows, f, indent=1)
+    bench_common.write_json(a.out, rows)
 
 
 if __name__ == "__main__":

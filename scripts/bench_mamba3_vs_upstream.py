@@ -11,44 +11,24 @@ as the conformance runner loads them (conformance/upstreams/ssd.py). Timing: med
 CUDA event times after warm-up (bench_util.h's time_ms). A benchmark, not a test.
 """
 import argparse
-import json
 import os
-import statistics
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import bench_common  # noqa: E402
 
 
 def time_upstream(torch, fn, r, iters):
     B, T, H, P, N, S, Q = (r[k] for k in ("B", "T", "H", "P", "N", "S", "Q"))
-    dev, bf, f32 = "cuda", torch.bfloat16, torch.float32
-    g = torch.Generator(device=dev).manual_seed(7)
-
-    def u(*shape, lo=-1.0, hi=1.0, dtype=bf):
-        return (torch.rand(*shape, device=dev, generator=g) * (hi - lo) + lo).to(dtype)
-
+    u, f32 = bench_common.uniform_maker(torch), torch.float32
     args = [u(B, T, 1, N), u(B, T, 1, N), u(B, T, H, P),
             u(B, H, T, lo=-0.5, hi=-0.001, dtype=f32), u(B, H, T, lo=0.005, hi=0.5, dtype=f32), u(B, H, T),
             u(H, N, lo=0.5, hi=1.5, dtype=f32), u(H, N, lo=0.5, hi=1.5, dtype=f32), u(B, T, H, S),
             u(H, dtype=f32), u(B, T, H, P)]
-
-    def call():
-        return fn(*args, Input_States=None, chunk_size=Q, return_final_states=True, cu_seqlens=None)
-
-    for _ in range(3):
-        call()
-    torch.cuda.synchronize()
-    ms = []
-    for _ in range(iters):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        call()
-        b.record()
-        b.synchronize()
-        ms.append(a.elapsed_time(b))
-    return statistics.median(ms)
-
+    return bench_common.median_ms(torch, lambda: fn(*args, Input_States=None, chunk_size=Q, return_final_states=True,
+                                                    cu_seqlens=None), iters)
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -60,10 +40,7 @@ def main():
     from conformance.upstreams import ssd as up
 
     fn = up.load("ops.triton.mamba3.mamba3_siso_combined").mamba3_siso_combined
-    proc = subprocess.run([a.bin, "--iters", str(a.iters)], capture_output=True, text=True)
-    if proc.returncode != 0:
-        sys.exit(f"bench_mamba3: {a.bin} failed ({proc.returncode}): {proc.stderr.strip()}")
-    rows = [json.loads(l) for l in proc.stdout.splitlines() if l.startswith("{")]
+    rows = bench_common.run_binary(a.bin, a.iters, "bench_mamba3")
     print(f"mamba_ssm {up.version()}, torch {torch.__version__}, {torch.cuda.get_device_name()}")
     print(f"{'kernel':<22} {'shape':<28} {'ours ms':>9} {'upstream ms':>12} {'ours/upstream':>14}")
     for r in rows:
@@ -72,8 +49,7 @@ def main():
         r["ratio"] = r["upstream_ms"] / r["ms"]
         shape = "B{B} T{T} H{H} P{P} N{N} Q{Q}".format(**r)
         print(f"{r['kernel']:<22} {shape:<28} {r['ms']:>9.3f} {r['upstream_ms']:>12.3f} {r['ratio']:>13.2f}x")
-    with open(a.out, "w") as f:
-        json.dump(rows, f, indent=1)
+    bench_common.write_json(a.out, rows)
 
 
 if __name__ == "__main__":

@@ -11,46 +11,26 @@ Timing: median of per-call CUDA event times after warm-up (bench_util.h's time_m
 not a test.
 """
 import argparse
-import json
 import os
-import statistics
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import bench_common  # noqa: E402
 
 
 def time_upstream(torch, fn, r, iters):
     B, T, H, P, N, G, Q = (r[k] for k in ("B", "T", "H", "P", "N", "G", "Q"))
-    dev, bf = "cuda", torch.bfloat16
-    g = torch.Generator(device=dev).manual_seed(7)
-
-    def u(*shape, lo=-1.0, hi=1.0, dtype=bf):
-        return (torch.rand(*shape, device=dev, generator=g) * (hi - lo) + lo).to(dtype)
-
+    u, f32 = bench_common.uniform_maker(torch), torch.float32
     x, z = u(B, T, H, P), u(B, T, H, P)
     Bm, Cm = u(B, T, G, N), u(B, T, G, N)
-    dt = u(B, T, H, lo=-4.0, hi=-1.0, dtype=torch.float32)
-    A = u(H, lo=-8.0, hi=-1.0, dtype=torch.float32)
-    D = u(H, lo=0.5, hi=1.5, dtype=torch.float32)
-    dt_bias = u(H, dtype=torch.float32)
-
-    def call():
-        return fn(x, dt, A, Bm, Cm, Q, D=D, z=z, dt_bias=dt_bias, dt_softplus=True, return_final_states=True)
-
-    for _ in range(3):
-        call()
-    torch.cuda.synchronize()
-    ms = []
-    for _ in range(iters):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        call()
-        b.record()
-        b.synchronize()
-        ms.append(a.elapsed_time(b))
-    return statistics.median(ms)
-
+    dt = u(B, T, H, lo=-4.0, hi=-1.0, dtype=f32)
+    A = u(H, lo=-8.0, hi=-1.0, dtype=f32)
+    D = u(H, lo=0.5, hi=1.5, dtype=f32)
+    dt_bias = u(H, dtype=f32)
+    return bench_common.median_ms(torch, lambda: fn(x, dt, A, Bm, Cm, Q, D=D, z=z, dt_bias=dt_bias, dt_softplus=True,
+                                                    return_final_states=True), iters)
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -62,10 +42,7 @@ def main():
     from conformance.upstreams import ssd as up
 
     fn = up.load("ops.triton.ssd_combined").mamba_chunk_scan_combined
-    proc = subprocess.run([a.bin, "--iters", str(a.iters)], capture_output=True, text=True)
-    if proc.returncode != 0:
-        sys.exit(f"bench_ssd: {a.bin} failed ({proc.returncode}): {proc.stderr.strip()}")
-    rows = [json.loads(l) for l in proc.stdout.splitlines() if l.startswith("{")]
+    rows = bench_common.run_binary(a.bin, a.iters, "bench_ssd")
     print(f"mamba_ssm {up.version()}, torch {torch.__version__}, {torch.cuda.get_device_name()}")
     print(f"{'shape':<34} {'ours ms':>9} {'mamba ms':>9} {'ours/mamba':>10}")
     for r in rows:
@@ -73,8 +50,7 @@ def main():
         r["ratio"] = r["upstream_ms"] / r["ms"]
         shape = "B{B} T{T} H{H} P{P} N{N} G{G} Q{Q}".format(**r)
         print(f"{shape:<34} {r['ms']:>9.3f} {r['upstream_ms']:>9.3f} {r['ratio']:>9.2f}x")
-    with open(a.out, "w") as f:
-        json.dump(rows, f, indent=1)
+    bench_common.write_json(a.out, rows)
 
 
 if __name__ == "__main__":

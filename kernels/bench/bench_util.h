@@ -46,6 +46,17 @@ inline double time_ms(const std::function<void(cudaStream_t)>& f, cudaStream_t s
   return ms[ms.size() / 2];
 }
 
+// A device buffer of n elements of `elem` bytes, element i written by gen(pointer to its bytes).
+template <typename F>
+void* upload(size_t n, size_t elem, F gen) {
+  std::vector<unsigned char> h(n * elem);
+  for (size_t i = 0; i < n; ++i) gen(h.data() + i * elem);
+  void* d = nullptr;
+  check(cudaMalloc(&d, h.size()), "malloc");
+  check(cudaMemcpy(d, h.data(), h.size(), cudaMemcpyHostToDevice), "upload");
+  return d;
+}
+
 // Device-to-device copy bandwidth in GB/s (bytes read + bytes written per second) for a copy of
 // `bytes` bytes: the practical ceiling a memory-bound kernel is compared with.
 inline double d2d_copy_gbps(size_t bytes, cudaStream_t s) {

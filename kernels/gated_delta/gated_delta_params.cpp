@@ -52,11 +52,11 @@ Fields fields_of(const CaseFields& f) {
 Support recurrent_supported(const KernelCase& g) {
   const Fields f = fields_of(g.fields);
   if (f.backward) return no("forward kernel: backward cases need the gradients (dq, dk, dv, ...)");
-  if (f.mode != "prefill" && f.mode != "decode") return no(fmt::format("mode '{}' not implemented", f.mode));
-  if (f.gate != "log" && f.gate != "none" && f.gate != "in_kernel") return no(fmt::format("gate '{}' not implemented", f.gate));
+  if (f.mode != "prefill" && f.mode != "decode") return no(fmt::format("mode '{}': this kernel runs prefill and decode only", f.mode));
+  if (f.gate != "log" && f.gate != "none" && f.gate != "in_kernel") return no(fmt::format("gate '{}': this kernel takes log, none and in_kernel gates only", f.gate));
   if (f.beta_mode != "given" && f.beta_mode != "sigmoid" && f.beta_mode != "two_sigmoid")
-    return no(fmt::format("beta_mode '{}' not implemented", f.beta_mode));
-  if (f.layout != "kv" && f.layout != "vk") return no(fmt::format("state_layout '{}' not implemented", f.layout));
+    return no(fmt::format("beta_mode '{}': this kernel takes given, sigmoid and two_sigmoid only", f.beta_mode));
+  if (f.layout != "kv" && f.layout != "vk") return no(fmt::format("state_layout '{}': this kernel takes kv and vk only", f.layout));
   if (f.chunk < 1) return no("chunk_size < 1");
   if (Support s = common::outputs_within(g, {"o", "final_state"}, "gated_delta_recurrent"); !s.ok) return s;
   for (const char* n : {"q", "k", "v", "beta"})
@@ -83,7 +83,7 @@ Support recurrent_supported(const KernelCase& g) {
   if (HV > 65535 || (V + 15) / 16 > 65535) return no("HV or V / 16 > 65535 (grid.y / grid.z)");
   const bool varlen = g.input("cu_seqlens") != nullptr;
   if (varlen != !f.cu.empty()) return no("the cu_seqlens field and input disagree");
-  if (varlen && f.mode == "decode") return no("varlen decode not implemented (the fixture has none)");
+  if (varlen && f.mode == "decode") return no("varlen decode: the decode path takes one sequence per batch row (cu_seqlens only in prefill)");
   if (varlen && B != 1) return no("varlen needs B == 1");
   const int64_t nseq = varlen ? static_cast<int64_t>(f.cu.size()) - 1 : B;
   if (nseq > 2147483647LL) return no("Nseq > 2^31 - 1 (grid.x)");

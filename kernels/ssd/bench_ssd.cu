@@ -20,21 +20,12 @@
 namespace {
 
 using assay::bench::check;
+using assay::bench::upload;
 using namespace assay::kernels::ssd;
 
 struct Shape {
   int B, T, H, P, N, G, Q;
 };
-
-template <typename F>
-void* upload(size_t n, size_t elem, F gen) {
-  std::vector<unsigned char> h(n * elem);
-  for (size_t i = 0; i < n; ++i) gen(h.data() + i * elem);
-  void* d = nullptr;
-  check(cudaMalloc(&d, h.size()), "malloc");
-  check(cudaMemcpy(d, h.data(), h.size(), cudaMemcpyHostToDevice), "upload");
-  return d;
-}
 
 void bench(const Shape& s, int iters) {
   std::mt19937 rng(7);
