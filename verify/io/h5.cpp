@@ -243,6 +243,22 @@ std::vector<std::string> File::list(const std::string& group) const {
   return names;
 }
 
+std::vector<int64_t> chunk_shape(const std::vector<int64_t>& shape, size_t elem_bytes) {
+  const int64_t target = std::max<int64_t>(1, int64_t{1 << 20} / static_cast<int64_t>(std::max<size_t>(elem_bytes, 1)));
+  std::vector<int64_t> chunk(shape.size(), 1);
+  int64_t acc = 1;
+  for (size_t k = shape.size(); k-- > 0;) {
+    if (shape[k] <= target / acc) {
+      chunk[k] = std::max<int64_t>(shape[k], 1);
+      acc *= chunk[k];
+    } else {
+      chunk[k] = std::max<int64_t>(1, target / acc);
+      break;
+    }
+  }
+  return chunk;
+}
+
 void File::write(const std::string& ds, Elem e, const std::vector<int64_t>& shape, const void* data) {
   std::vector<hsize_t> dims(shape.begin(), shape.end());
   hsize_t n = 1;
@@ -253,11 +269,8 @@ void File::write(const std::string& ds, Elem e, const std::vector<int64_t>& shap
   H5Pset_obj_track_times(dcpl.get(), false);
   const size_t bytes = static_cast<size_t>(n) * elem_size(e);
   if (!dims.empty() && n > 0 && bytes > 16384) {  // small datasets: contiguous (a chunk index costs more than it saves)
-    // Chunk: whole trailing dims, as many leading rows as fit in ~1 MiB.
-    std::vector<hsize_t> chunk = dims;
-    size_t row = bytes / static_cast<size_t>(dims[0]);
-    chunk[0] = std::max<hsize_t>(1, std::min<hsize_t>(dims[0], (1u << 20) / std::max<size_t>(row, 1)));
-    for (size_t k = 1; k < chunk.size() && static_cast<size_t>(chunk[0]) * row > (64u << 20); ++k) chunk[k] = 1;
+    const auto cs = chunk_shape(shape, elem_size(e));
+    std::vector<hsize_t> chunk(cs.begin(), cs.end());
     H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data());
     H5Pset_shuffle(dcpl.get());
     H5Pset_deflate(dcpl.get(), 6);

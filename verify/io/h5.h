@@ -53,6 +53,12 @@ class Handle {
 enum class Elem { f64, f32, u8, i8, u16, i16, u32, i32, u64, i64 };
 size_t elem_size(Elem e);  // bytes per element
 
+// The chunk shape File::write gives a dataset over 16 KiB: about 1 MiB, whole trailing dims while
+// they fit, then part of the next one, leading dims 1. (Splitting off leading dims one at a time
+// without recounting the chunk's bytes once made 1-element chunks of a [1, 4096, 4096] tensor:
+// 16M chunk records, 11 GB of HDF5 index, and `assay gen` killed for memory.)
+std::vector<int64_t> chunk_shape(const std::vector<int64_t>& shape, size_t elem_bytes);
+
 struct DatasetInfo {
   std::vector<int64_t> shape;
   bool is_float = false, is_integer = false, is_signed = false;

@@ -183,3 +183,24 @@ TEST_CASE("a scale link the reader would refuse is refused at write, and golden_
   codes.scale_block = 0;
   REQUIRE_THROWS_AS(write_golden(bad, g), InputError);
 }
+
+TEST_CASE("HDF5 chunks hold about 1 MiB whatever the shape, never one element each", "[cpu][L0]") {
+  using assay::h5::chunk_shape;
+  // The shape that once got 1-element chunks (16M chunk records; `assay gen` killed at 24 GB).
+  CHECK(chunk_shape({1, 4096, 4096}, 8) == std::vector<int64_t>{1, 32, 4096});
+  CHECK(chunk_shape({9, 65536, 64, 64}, 2) == std::vector<int64_t>{1, 128, 64, 64});
+  CHECK(chunk_shape({3, 63, 96}, 4) == std::vector<int64_t>{3, 63, 96});   // all of it fits
+  CHECK(chunk_shape({5, 1 << 20}, 8) == std::vector<int64_t>{1, 1 << 17});  // one row is 8 MiB: split it
+  CHECK(chunk_shape({1000}, 8) == std::vector<int64_t>{1000});
+  CHECK(chunk_shape({4, 0, 7}, 8) == std::vector<int64_t>{4, 1, 7});  // an empty axis still gives a valid chunk
+  for (const auto& s : std::vector<std::vector<int64_t>>{{2, 3, 5, 7, 11, 13, 17}, {1 << 30}, {1, 1, 1 << 22}}) {
+    const auto c = chunk_shape(s, 4);
+    int64_t bytes = 4;
+    for (size_t k = 0; k < s.size(); ++k) {
+      CHECK(c[k] >= 1);
+      CHECK(c[k] <= std::max<int64_t>(s[k], 1));
+      bytes *= c[k];
+    }
+    CHECK(bytes <= (1 << 20));
+  }
+}
