@@ -30,7 +30,9 @@ RECIPE_HASH_CHECK_BYTES = 1 << 20
 @dataclass(frozen=True)
 class OutputSpec:
     """One golden output: ``name``, ``dtype`` (the kernel-facing dtype name, e.g. ``"bf16"``),
-    ``shape``, ``axes`` (tuple of axis names) and ``allow_nonfinite``."""
+    ``shape``, ``axes`` (tuple of axis names) and ``allow_nonfinite``. ``shape`` and ``axes`` are
+    always those of the whole tensor the kernel writes, also in a sampled golden (whose expected
+    values hold only the sampled elements: golden/SCHEMA.md "Sampled outputs")."""
 
     name: str
     dtype: str
@@ -158,7 +160,10 @@ class Golden:
         access (assay.recipe); ``input_recipes`` holds those recipes by name.
       input_dtypes: name -> assay dtype name (``"bf16"``).
       inputs_f64: name -> the inputs' exact float64 values.
-      expected: name -> float64 truth. outputs: name -> OutputSpec.
+      expected: name -> float64 truth (a sampled golden: only the sampled elements, 1-D).
+      outputs: name -> OutputSpec (the whole tensor's shape and axes).
+      sample: None, or a sampled golden's slices: seqs, heads, tokens, batch_axis, token_axis,
+        head_axes, head_count, token_count (golden/SCHEMA.md "Sampled outputs").
       axes: name -> tuple of axis names (inputs and outputs).
       intermediates: name -> float64 array (read on first access).
     """
@@ -244,8 +249,20 @@ class Golden:
             d = dtypes.get(_str(ds.attrs["dtype"]), where)
             self.expected[name] = ds[()]
             self.axes[name] = _axes(ds)
-            self.outputs[name] = OutputSpec(name, d.name, tuple(ds.shape), self.axes[name],
+            shape = tuple(ds.shape)
+            if "full_shape" in ds.attrs:  # sampled: the kernel writes the whole tensor
+                shape = tuple(int(x) for x in np.atleast_1d(ds.attrs["full_shape"]))
+                self.axes[name] = tuple(x for x in _str(ds.attrs.get("full_axes", b"")).split(",") if x)
+                if len(shape) != len(self.axes[name]):
+                    raise AssayError(f"{where}: attributes full_shape and full_axes disagree in rank")
+            self.outputs[name] = OutputSpec(name, d.name, shape, self.axes[name],
                                             bool(_attr_value(ds.attrs.get("allow_nonfinite", 0))))
+        # A sampled golden (schema version 4): which slices its expected values hold.
+        smp = f.get("sample")
+        self.sample = None
+        if isinstance(smp, h5py.Group):
+            self.sample = {k: [int(x) for x in smp[k][()]] for k in ("seqs", "heads", "tokens") if k in smp}
+            self.sample.update({k: _attr_value(v) for k, v in smp.attrs.items()})
         inter = f.get("intermediates")
         names = [n for n, o in inter.items() if isinstance(o, h5py.Dataset)] if isinstance(inter, h5py.Group) else []
         for n in names:

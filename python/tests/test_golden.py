@@ -133,3 +133,31 @@ def test_error_truncated(repo, tmp_path):
     with pytest.raises(AssayError, match=r"t\.h5: (not an HDF5 file|malformed golden)") as e:
         assay.open(p)
     assert "\n" not in str(e.value)
+
+
+def test_sampled_golden(run_assay, tmp_path):
+    # A sampled golden (golden/SCHEMA.md "Sampled outputs"): outputs keep the whole tensor's shape and
+    # axes (what a kernel writes), expected values only the sampled elements, in the SCHEMA's order.
+    fx = tmp_path / "fixtures"
+    fx.mkdir()
+    case = ('op = "ssd"\n[[case]]\nname = "s"\nlevel = "L0"\nseed = 3\nB = 2\nT = 20\nH = 2\nP = 4\nN = 8\n'
+            'chunk_size = 8\n')
+    (fx / "ssd.toml").write_text(case + 'sample = { seqs = [1, 0], heads = [1, 0], tokens = 4 }\n')
+    whole = tmp_path / "whole"
+    whole.mkdir()
+    (whole / "ssd.toml").write_text(case)
+    for d in (fx, whole):
+        p = run_assay("gen", "--fixtures", d, "--op", "ssd", "--out", d / "out")
+        assert p.returncode == 0, p.stderr
+    g = assay.Golden(str(fx / "out" / "ssd" / "s.h5"))
+    w = assay.Golden(str(whole / "out" / "ssd" / "s.h5"))
+    assert g.provenance["schema_version"] == 4
+    assert g.sample["seqs"] == [1, 0] and g.sample["heads"] == [1, 0] and g.sample["tokens"] == [0, 6, 13, 19]
+    assert w.sample is None
+    out = g.outputs["out"]
+    assert out.shape == w.outputs["out"].shape == (2, 20, 2, 4) and out.axes == ("B", "T", "H", "P")
+    # Slice (b, h) at the sampled tokens, every p: the whole case's values, bit for bit.
+    ref = np.concatenate([w.expected["out"][b][g.sample["tokens"], h, :].ravel() for b, h in ((1, 1), (0, 0))])
+    assert np.array_equal(g.expected["out"], ref)
+    fs = np.concatenate([w.expected["final_states"][b, h].ravel() for b, h in ((1, 1), (0, 0))])
+    assert np.array_equal(g.expected["final_states"], fs)

@@ -99,4 +99,10 @@ double agreement_rel(const std::vector<double>& a, const std::vector<double>& b)
   return worst;
 }
 
+std::string Output::element_str(int64_t i) const {
+  if (!sampled || i < 0 || i >= static_cast<int64_t>(sample_offsets.size())) return expected.index_str(i);
+  const Tensor whole{expected.name, full_axes, full_shape, expected.dtype, {}};
+  return whole.index_str(sample_offsets[static_cast<size_t>(i)]);
+}
+
 }  // namespace assay

@@ -64,6 +64,15 @@ struct Output {
   int64_t scale_block = 0;
   // Set per candidate by the judge, never stored: 1 = this element is accepted whatever its value.
   std::vector<uint8_t> waived;
+  // A sampled output (reference/core/sample.h, golden/SCHEMA.md "Sampled outputs"): the kernel
+  // writes the whole tensor (full_axes, full_shape); `expected` (axes {"sample"}) and the per-element
+  // arrays above hold only its elements at the flat offsets `sample_offsets`.
+  bool sampled = false;
+  std::vector<std::string> full_axes;
+  Shape full_shape;
+  std::vector<int64_t> sample_offsets;
+  // "[b=8, t=65535, h=63, p=1]" for element i: the index in the whole tensor when sampled.
+  std::string element_str(int64_t i) const;
 };
 
 // Measured agreement of the two oracle forms on one tensor.

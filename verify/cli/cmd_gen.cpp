@@ -115,6 +115,7 @@ Golden pack(const gen::Case& c, gen::Generated&& g) {
     }
   gd.inputs = std::move(g.inputs);
   gd.outputs = std::move(g.result.outputs);
+  gd.sample = std::move(g.sample);
   gd.intermediates = std::move(g.result.intermediates);
   gd.intermediate_bounds = std::move(g.result.intermediate_bounds);
   gd.agreement = std::move(g.result.agreement);

@@ -49,6 +49,7 @@ std::optional<Output> Golden::intermediate_output(std::string_view name) const {
 bool input_is_recipe(const Golden& g, size_t i) { return i < g.input_recipes.size() && g.input_recipes[i].has_value(); }
 
 int64_t written_schema_version(const Golden& g) {
+  if (!g.sample.empty()) return std::max(g.prov.schema_version, kSchemaVersionSampled);
   for (size_t i = 0; i < g.inputs.size(); ++i)
     if (input_is_recipe(g, i)) return std::max(g.prov.schema_version, kSchemaVersionRecipe);
   return g.prov.schema_version;
@@ -122,6 +123,7 @@ std::map<std::string, std::string> golden_hashes(const Golden& g) {
     he.str(sf == g.single_form.end() ? "" : sf->second).vec(e.data);
     // Only a golden with a scale link hashes it, so every other golden keeps its hash.
     if (!o.scaled_by.empty()) he.str(o.scaled_by).str(std::to_string(o.scale_block));
+    if (o.sampled) he.str("sampled").str(join_axes(o.full_axes)).str(shape_str(o.full_shape));
     m["/expected/" + e.name] = he.hex();
     if (o.rounded) m["/rounded/" + e.name] = head("rounded").str(name(e.dtype)).vec(*o.rounded).hex();
     if (o.bound) m["/bounds/" + e.name] = head("bounds").vec(*o.bound).hex();
@@ -171,6 +173,11 @@ std::string content_hash(const Golden& g) {
       x.str("recipe").str(r.stream).str(std::to_string(r.seed)).str(r.dist.kind).f64(r.dist.a).f64(r.dist.b).f64(r.dist.scale);
       for (const auto& sp : r.dist.specials) x.str(sp.value).str(std::to_string(sp.count));
     }
+  }
+  if (!g.sample.empty()) {
+    const auto& sp = g.sample;
+    x.str("sample").vec(sp.seqs).vec(sp.heads).vec(sp.tokens).str(sp.batch_axis).str(sp.token_axis).str(join_axes(sp.head_axes));
+    x.str(std::to_string(sp.head_count)).str(std::to_string(sp.token_count));
   }
   for (const auto& [path, h] : golden_hashes(g)) x.str(path).str(h);
   return x.hex();
@@ -273,10 +280,28 @@ void write_golden(const std::string& path, const Golden& g) {
       f.set_attr(ds, "axes", join_axes(t.axes));
       f.set_attr(ds, "fnv1a64", g.input_hashes.at(i));
     }
+    if (!g.sample.empty()) {
+      const auto& sp = g.sample;
+      ASSAY_CHECK(g.intermediates.empty(), "a sampled golden holds no intermediates");
+      f.create_group("/sample");
+      for (const auto& [n, v] : {std::pair{"seqs", &sp.seqs}, std::pair{"heads", &sp.heads}, std::pair{"tokens", &sp.tokens}})
+        f.write(std::string("/sample/") + n, h5::Elem::i64, {static_cast<int64_t>(v->size())}, v->data());
+      f.set_attr("/sample", "batch_axis", sp.batch_axis);
+      f.set_attr("/sample", "token_axis", sp.token_axis);
+      f.set_attr("/sample", "head_axes", join_axes(sp.head_axes));
+      f.set_attr("/sample", "head_count", sp.head_count);
+      f.set_attr("/sample", "token_count", sp.token_count);
+    }
     for (const auto& o : g.outputs) {
       const auto& e = o.expected;
       const std::string ds = "/expected/" + e.name;
+      ASSAY_CHECK(o.sampled == !g.sample.empty(), "output {}: sampled {} in a golden {}sampled", e.name, o.sampled,
+                  g.sample.empty() ? "not " : "");
       f.write(ds, h5::Elem::f64, e.shape, e.data.data());
+      if (o.sampled) {
+        f.set_attr(ds, "full_axes", join_axes(o.full_axes));
+        f.set_attr_value(ds, "full_shape", CaseFields::Value{o.full_shape});
+      }
       f.set_attr(ds, "dtype", std::string(name(e.dtype)));
       f.set_attr(ds, "axes", join_axes(e.axes));
       f.set_attr(ds, "allow_nonfinite", static_cast<int64_t>(o.allow_nonfinite));
@@ -354,6 +379,89 @@ static std::vector<double> decode_codes(const h5::File& f, const std::string& ds
   return v;
 }
 
+// The /sample group of a sampled golden (schema version 4), or an empty spec.
+static SampleSpec read_sample(const h5::File& f, int64_t version) {
+  SampleSpec sp;
+  if (!f.exists("/sample")) return sp;
+  const std::string path = f.path();
+  if (version < kSchemaVersionSampled)
+    throw InputError(fmt::format("{}: /sample: sampled outputs need schema_version {} (the file says {})", path,
+                                 kSchemaVersionSampled, version));
+  auto ints = [&](const char* n) {
+    const std::string ds = std::string("/sample/") + n;
+    const auto inf = f.info(ds);
+    if (!inf.is_integer || inf.shape.size() != 1 || inf.shape[0] > (int64_t{1} << 24))
+      throw InputError(fmt::format("{}: {}: expected a 1-D integer dataset of at most 2^24 entries", path, ds));
+    std::vector<int64_t> v;
+    for (const uint64_t x : f.read_u64(ds)) {
+      if (x > (uint64_t{1} << 62)) throw InputError(fmt::format("{}: {}: entry {} out of range", path, ds, x));
+      v.push_back(static_cast<int64_t>(x));
+    }
+    return v;
+  };
+  sp.seqs = ints("seqs");
+  sp.heads = ints("heads");
+  sp.tokens = ints("tokens");
+  sp.batch_axis = f.attr_str("/sample", "batch_axis");
+  sp.token_axis = f.attr_str("/sample", "token_axis");
+  sp.head_axes = split_axes(f.attr_str("/sample", "head_axes"));
+  sp.head_count = f.attr_int("/sample", "head_count");
+  sp.token_count = f.attr_int("/sample", "token_count");
+  if (sp.seqs.empty() || sp.seqs.size() != sp.heads.size())
+    throw InputError(fmt::format("{}: /sample: seqs and heads must pair up ({} and {} entries)", path, sp.seqs.size(), sp.heads.size()));
+  if (sp.head_count < 1 || sp.token_count < 1)
+    throw InputError(fmt::format("{}: /sample: head_count {} and token_count {} must be >= 1", path, sp.head_count, sp.token_count));
+  for (size_t k = 0; k < sp.tokens.size(); ++k)
+    if (sp.tokens[k] >= sp.token_count || (k > 0 && sp.tokens[k] <= sp.tokens[k - 1]))
+      throw InputError(fmt::format("{}: /sample/tokens: entry {} = {}: tokens must ascend within [0, {})", path, k, sp.tokens[k],
+                                   sp.token_count));
+  for (const int64_t h : sp.heads)
+    if (h >= sp.head_count) throw InputError(fmt::format("{}: /sample/heads: {} is not below head_count {}", path, h, sp.head_count));
+  return sp;
+}
+
+// A sampled output's whole-tensor axes and shape, and the offsets of its stored elements.
+static void read_sampled(const h5::File& f, const std::string& ds, const Golden& g, Output& o) {
+  const std::string path = f.path();
+  const bool has = f.has_attr(ds, "full_shape");
+  if (has != !g.sample.empty())
+    throw InputError(fmt::format("{}: {}: {}", path, ds, has ? "attribute 'full_shape' in a golden without /sample"
+                                                              : "a golden with /sample needs attribute 'full_shape' on every output"));
+  if (!has) return;
+  o.sampled = true;
+  o.full_axes = split_axes(f.attr_str(ds, "full_axes"));
+  const auto v = f.attr_value(ds, "full_shape");
+  if (!std::holds_alternative<std::vector<int64_t>>(v))
+    throw InputError(fmt::format("{}: {}: attribute 'full_shape' must be a 1-D int64 array", path, ds));
+  o.full_shape = std::get<std::vector<int64_t>>(v);
+  if (o.full_axes.size() != o.full_shape.size() || o.expected.shape.size() != 1)
+    throw InputError(fmt::format("{}: {}: a sampled output is 1-D with as many full_axes as full_shape entries", path, ds));
+  // The count first, so that a hostile sample cannot make the offsets list huge.
+  int64_t per = 1;
+  for (size_t k = 0; k < o.full_axes.size(); ++k) {
+    const auto& ax = o.full_axes[k];
+    const bool head = std::find(g.sample.head_axes.begin(), g.sample.head_axes.end(), ax) != g.sample.head_axes.end();
+    int64_t n = o.full_shape[k];
+    if (ax == g.sample.batch_axis || head) n = 1;
+    else if (ax == g.sample.token_axis && static_cast<int64_t>(g.sample.tokens.size()) != g.sample.token_count)
+      n = static_cast<int64_t>(g.sample.tokens.size());
+    if (n < 0 || __builtin_mul_overflow(per, n, &per))
+      throw InputError(fmt::format("{}: {}: attribute 'full_shape' {} overflows", path, ds, shape_str(o.full_shape)));
+  }
+  if (int64_t total = 0; __builtin_mul_overflow(per, static_cast<int64_t>(g.sample.slices()), &total) || total != o.expected.size())
+    throw InputError(fmt::format("{}: {}: {} values for the {} x {} elements the sample names", path, ds, o.expected.size(),
+                                 g.sample.slices(), per));
+  try {
+    check_memory(numel(o.full_shape), 0, "the whole tensor");  // numel's overflow check
+    o.sample_offsets = sample_offsets(g.sample, o.full_axes, o.full_shape);
+  } catch (const std::exception& e) {
+    throw InputError(fmt::format("{}: {}: the sample does not fit the output {}: {}", path, ds, shape_str(o.full_shape), e.what()));
+  }
+  if (static_cast<int64_t>(o.sample_offsets.size()) != o.expected.size())
+    throw InputError(fmt::format("{}: {}: {} values for the {} elements the sample names", path, ds, o.expected.size(),
+                                 o.sample_offsets.size()));
+}
+
 // regenerate = false: inputs stored as recipes are validated but not regenerated (their data stays
 // empty): what the crash probe's child reads, since regeneration is our code, not HDF5's.
 static Golden read_golden_here(const std::string& path, bool regenerate = true);
@@ -416,9 +524,9 @@ static Golden read_golden_here(const std::string& path, bool regenerate) {
   Golden g;
   auto& p = g.prov;
   p.schema_version = f.attr_int("/", "schema_version");
-  if (p.schema_version != kSchemaVersion && p.schema_version != kSchemaVersionRecipe)
-    throw InputError(fmt::format("{}: attribute 'schema_version': {} (this assay reads {} and {}; regenerate with assay gen){}",
-                                 path, p.schema_version, kSchemaVersion, kSchemaVersionRecipe,
+  if (p.schema_version != kSchemaVersion && p.schema_version != kSchemaVersionRecipe && p.schema_version != kSchemaVersionSampled)
+    throw InputError(fmt::format("{}: attribute 'schema_version': {} (this assay reads {} to {}; regenerate with assay gen){}",
+                                 path, p.schema_version, kSchemaVersion, kSchemaVersionSampled,
                                  p.schema_version == 1 ? ": version 1 goldens carry no content hashes" : ""));
   p.op = f.attr_str("/", "op");
   p.case_name = f.attr_str("/", "case");
@@ -509,6 +617,7 @@ static Golden read_golden_here(const std::string& path, bool regenerate) {
     }
     g.inputs.push_back(std::move(t));
   }
+  g.sample = read_sample(f, p.schema_version);
   for (const auto& n : f.list("/expected")) {
     const std::string ds = "/expected/" + n;
     Output o;
@@ -522,6 +631,7 @@ static Golden read_golden_here(const std::string& path, bool regenerate) {
     if (e.axes.size() != e.shape.size())
       throw InputError(fmt::format("{}: {}: {} axes for a rank-{} dataset", path, ds, e.axes.size(), e.shape.size()));
     e.data = f.read_f64(ds);
+    read_sampled(f, ds, g, o);
     o.allow_nonfinite = f.has_attr(ds, "allow_nonfinite") && f.attr_int(ds, "allow_nonfinite") != 0;
     if (f.has_attr(ds, "single_form_reason")) g.single_form[n] = f.attr_str(ds, "single_form_reason");
     if (f.has_attr(ds, "scaled_by")) {
@@ -571,6 +681,8 @@ static Golden read_golden_here(const std::string& path, bool regenerate) {
     }
     g.intermediates.push_back(std::move(t));
   }
+  if (!g.sample.empty() && !g.intermediates.empty())
+    throw InputError(fmt::format("{}: /intermediates: a sampled golden holds no intermediates", path));
   if (f.exists("/intermediate_bounds"))
     for (const auto& n : f.list("/intermediate_bounds"))
       if (!g.intermediate_bounds.count(n))
@@ -589,6 +701,9 @@ std::vector<std::string> golden_diff(const Golden& fresh, const Golden& stored, 
   std::vector<std::string> d;
   if (fresh.prov.case_toml != stored.prov.case_toml) d.push_back("case text differs");
   if (fresh.single_form != stored.single_form) d.push_back("single_form reasons differ");
+  if (!(fresh.sample == stored.sample))
+    d.push_back(fmt::format("sampled slices differ: have {}, want {}", stored.sample.empty() ? "none" : sample_summary(stored.sample),
+                            fresh.sample.empty() ? "none" : sample_summary(fresh.sample)));
   if (fresh.case_fields.all() != stored.case_fields.all())
     d.push_back(fmt::format("/case fields differ:\n  have {}\n  want {}", stored.case_fields.str(), fresh.case_fields.str()));
   if (fresh.inputs.size() != stored.inputs.size()) d.push_back("different number of inputs");

@@ -7,6 +7,7 @@
 
 #include "fixtures/gen/recipe.h"
 #include "reference/core/case_fields.h"
+#include "reference/core/sample.h"
 #include "reference/core/tensor.h"
 
 namespace assay {
@@ -15,6 +16,9 @@ inline constexpr int64_t kSchemaVersion = 2;  // 2: content hashes over every da
 // 3: some input is stored as its recipe (golden/SCHEMA.md "Inputs by recipe"). A golden whose inputs
 // are all values is still written as version 2, so every older golden keeps its bytes and hashes.
 inline constexpr int64_t kSchemaVersionRecipe = 3;
+// 4: the outputs are sampled (golden/SCHEMA.md "Sampled outputs"): a /sample group, and each
+// /expected/<name> holds only the sampled elements of a tensor of attributes full_axes, full_shape.
+inline constexpr int64_t kSchemaVersionSampled = 4;
 inline constexpr const char* kRngName = "philox4x32-10/assay-inputs-v1";
 
 struct Provenance {
@@ -35,6 +39,9 @@ struct Golden {
   // one-line Stale reason naming the file and dataset (check_stale reports it first).
   std::string recipe_stale;
   std::vector<Output> outputs;
+  // Empty unless the outputs are sampled (reference/core/sample.h): then every Output is sampled
+  // (Output::sampled, full_axes, full_shape, sample_offsets) and the golden holds no intermediates.
+  SampleSpec sample;
   std::vector<Tensor> intermediates;  // fp64 values; dtype = the dtype kernels hold it in
   std::map<std::string, std::vector<double>> intermediate_bounds;  // by name (bf16-rounded up)
   std::vector<FormAgreement> agreement;

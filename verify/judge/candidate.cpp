@@ -9,6 +9,8 @@
 
 namespace assay {
 
+static std::vector<double> read_values(const h5::File& f, const Output& o, const std::string& ds, const h5::DatasetInfo& inf);
+
 std::vector<double> read_candidate(const h5::File& f, const Output& o, std::string_view group) {
   const auto& e = o.expected;
   std::string ds = fmt::format("/{}/{}", group, e.name);
@@ -17,9 +19,22 @@ std::vector<double> read_candidate(const h5::File& f, const Output& o, std::stri
     throw InputError(fmt::format("{}: /{}/{}: missing dataset (the golden's {} '{}')", f.path(), group, e.name,
                                  group == "outputs" ? "output" : "intermediate", e.name));
   const auto inf = f.info(ds);
-  if (inf.shape != e.shape)
-    throw InputError(fmt::format("{}: {}: wrong shape {} (golden {} {})", f.path(), ds, shape_str(inf.shape),
-                                 e.name, shape_str(e.shape)));
+  // A sampled golden's output: the whole tensor (gathered at the sampled offsets) or the sampled
+  // elements themselves (a candidate written for that golden).
+  const bool whole = o.sampled && inf.shape == o.full_shape;
+  if (inf.shape != e.shape && !whole)
+    throw InputError(fmt::format("{}: {}: wrong shape {} (golden {} {}{})", f.path(), ds, shape_str(inf.shape), e.name,
+                                 o.sampled ? shape_str(o.full_shape) : shape_str(e.shape),
+                                 o.sampled ? fmt::format(", or its {} sampled elements", e.size()) : ""));
+  auto v = read_values(f, o, ds, inf);
+  if (!whole) return v;
+  std::vector<double> g(o.sample_offsets.size());
+  for (size_t i = 0; i < g.size(); ++i) g[i] = v[static_cast<size_t>(o.sample_offsets[i])];
+  return g;
+}
+
+static std::vector<double> read_values(const h5::File& f, const Output& o, const std::string& ds, const h5::DatasetInfo& inf) {
+  const auto& e = o.expected;
   if (f.has_attr(ds, "dtype")) {
     const auto s = f.attr_str(ds, "dtype");
     const auto d = parse_dtype(s);
@@ -94,6 +109,8 @@ CandidateResult judge_candidate(const Golden& g, const TolerancePolicy& policy, 
     r.profile = p;
   }
   if (r.profile.empty()) r.profile = kStrictProfile;
+  if (!g.sample.empty())
+    r.notes.push_back("sampled golden: judged only " + sample_summary(g.sample) + " (golden/SCHEMA.md \"Sampled outputs\")");
   policy.require_profile(g.prov.op, r.profile, how.profile.empty() ? cand.path() + ": attribute precision_profile" : "--profile");
   const auto selected = [&](const std::string& n) {
     return how.outputs.empty() || std::find(how.outputs.begin(), how.outputs.end(), n) != how.outputs.end();

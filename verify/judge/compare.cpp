@@ -140,9 +140,9 @@ TensorReport compare_tensor(const Output& golden, const std::vector<double>& a, 
     r.max_abs = r.max_rel = r.rms_rel = r.cosine = r.ulp_max = r.ulp_p99 = NAN;
   }
   if (r.worst < 0 && r.first_bad >= 0) r.worst = r.first_bad;
-  if (r.first_bad >= 0) r.first_bad_index = g.index_str(r.first_bad);
+  if (r.first_bad >= 0) r.first_bad_index = golden.element_str(r.first_bad);
   if (r.worst >= 0) {
-    r.worst_index = g.index_str(r.worst);
+    r.worst_index = golden.element_str(r.worst);
     r.worst_actual = a[static_cast<size_t>(r.worst)];
     r.worst_expected = e[static_cast<size_t>(r.worst)];
   }
@@ -151,7 +151,7 @@ TensorReport compare_tensor(const Output& golden, const std::vector<double>& a, 
   if (r.nonfinite_mismatches > 0) {
     const auto i = static_cast<size_t>(nonfinite_first);
     r.never_pass.push_back(fmt::format("{} NaN/Inf position mismatch(es); first at {}: candidate {} where golden is {}{}",
-                                       r.nonfinite_mismatches, g.index_str(nonfinite_first),
+                                       r.nonfinite_mismatches, golden.element_str(nonfinite_first),
                                        std::isfinite(a[i]) ? fmt::format("{:g}", a[i]) : nf_class(a[i]),
                                        std::isfinite(e[i]) ? fmt::format("{:g}", e[i]) : nf_class(e[i]),
                                        std::isfinite(e[i]) && float_dtype && info(g.dtype).has_inf &&
@@ -289,7 +289,7 @@ TensorReport compare_output(const TolerancePolicy& policy, std::string_view op, 
   for (size_t i = 0; i < actual[k].size(); ++i) {
     if (sa[link->block(i)] != std::ldexp(1.0, -127) || actual[k][i] != 0 || o.expected.data[i] == 0) continue;
     if (!check_element(o, r.tol, i, actual[k][i]).bad) continue;
-    if (flushed++ == 0) first = o.expected.index_str(static_cast<int64_t>(i));
+    if (flushed++ == 0) first = o.element_str(static_cast<int64_t>(i));
   }
   if (flushed > 0) {
     const std::string note = fmt::format(

@@ -11,7 +11,10 @@ kernels::KernelCase kernel_case_of(const Golden& g) {
   kc.case_toml = g.prov.case_toml;
   kc.fields = g.case_fields;
   for (const auto& t : g.inputs) kc.inputs.push_back({t.name, t.axes, t.shape, t.dtype});
-  for (const auto& o : g.outputs) kc.outputs.push_back({o.expected.name, o.expected.axes, o.expected.shape, o.expected.dtype});
+  // A sampled golden's outputs: the kernel writes the whole tensor (Output::full_shape).
+  for (const auto& o : g.outputs)
+    kc.outputs.push_back({o.expected.name, o.sampled ? o.full_axes : o.expected.axes, o.sampled ? o.full_shape : o.expected.shape,
+                          o.expected.dtype});
   for (const auto& t : g.intermediates) kc.intermediates.push_back({t.name, t.axes, t.shape, t.dtype});
   auto by_name = [](const kernels::TensorSpec& a, const kernels::TensorSpec& b) { return a.name < b.name; };
   std::sort(kc.inputs.begin(), kc.inputs.end(), by_name);

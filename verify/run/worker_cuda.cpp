@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -160,8 +161,17 @@ int worker_main(const WorkerArgs& a) {
   }
   // Output buffers: the golden's outputs, then the intermediates the kernel declares for this case
   // (KernelDef::intermediates) that the golden holds. Both get guard bands and poison.
+  // A sampled golden's outputs (Output::sampled): the kernel writes the whole tensor.
   std::vector<const Tensor*> buf_t;
-  for (const auto& o : g.outputs) buf_t.push_back(&o.expected);
+  std::deque<Tensor> whole;
+  for (const auto& o : g.outputs) {
+    if (!o.sampled) {
+      buf_t.push_back(&o.expected);
+      continue;
+    }
+    whole.push_back(Tensor{o.expected.name, o.full_axes, o.full_shape, o.expected.dtype, {}});
+    buf_t.push_back(&whole.back());
+  }
   const size_t n_out = buf_t.size();
   for (const auto& n : k->intermediates)
     if (const Tensor* t = g.intermediate(n)) buf_t.push_back(t);
@@ -169,7 +179,7 @@ int worker_main(const WorkerArgs& a) {
   for (size_t bi = 0; bi < buf_t.size(); ++bi) {
     const Tensor& e = *buf_t[bi];
     DevBuf b;
-    b.payload = static_cast<size_t>(e.size()) * static_cast<size_t>(info(e.dtype).storage_bytes);
+    b.payload = static_cast<size_t>(numel(e.shape)) * static_cast<size_t>(info(e.dtype).storage_bytes);
     void* p = nullptr;
     if (cudaError_t er = cudaMalloc(&p, b.payload + 2 * kGuardBytes); er != cudaSuccess)
       return fail("cuda_error", cuda_msg(fmt::format("cudaMalloc output '{}'", e.name).c_str(), er), kExitCuda);
@@ -247,7 +257,17 @@ int worker_main(const WorkerArgs& a) {
           const Tensor& e = *buf_t[i];
           if (i >= n_out && r > 0) continue;  // determinism is checked on outputs
           const std::string ds = (i < n_out ? grp : std::string("/intermediates")) + "/" + e.name;
-          f.write(ds, code_elem(static_cast<size_t>(info(e.dtype).storage_bytes)), e.shape, got[static_cast<size_t>(r)][i].data());
+          const auto elem = code_elem(static_cast<size_t>(info(e.dtype).storage_bytes));
+          if (i < n_out && g.outputs[i].sampled) {  // only the sampled elements: what compare judges
+            const auto& offs = g.outputs[i].sample_offsets;
+            const size_t w = static_cast<size_t>(info(e.dtype).storage_bytes);
+            std::vector<uint8_t> pick(offs.size() * w);
+            for (size_t k = 0; k < offs.size(); ++k)
+              std::memcpy(pick.data() + k * w, got[static_cast<size_t>(r)][i].data() + static_cast<size_t>(offs[k]) * w, w);
+            f.write(ds, elem, {static_cast<int64_t>(offs.size())}, pick.data());
+          } else {
+            f.write(ds, elem, e.shape, got[static_cast<size_t>(r)][i].data());
+          }
           f.set_attr(ds, "dtype", std::string(name(e.dtype)));
         }
       }
