@@ -54,8 +54,8 @@ namespace sm90k {
 
 using namespace assay::kernels::sm90;
 
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
+[[maybe_unused]] constexpr float kLog2e = 1.4426950408889634f;
+[[maybe_unused]] constexpr float kLn2 = 0.6931471805599453f;
 
 template <typename T>
 struct Ty;
@@ -109,6 +109,9 @@ template <typename T, int DP, int MUT>
 __global__ void __launch_bounds__(kSm90Threads, 1)
     attn_sm90_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
                      const __grid_constant__ CUtensorMap tmV, const AttnParams p) {
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __trap();  // built for a target without the sm_90a features (wgmma, setmaxnreg): never launched
+#else
   constexpr Sm90Shape S = sm90_shape(DP);
   constexpr int BM = S.BM, BN = S.BN, ST = S.stages, CH = S.chunks;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -398,6 +401,7 @@ __global__ void __launch_bounds__(kSm90Threads, 1)
     }
     if (qd == 0) p.lse[lse_index(p, b, h, ri[r])] = lse;
   }
+#endif
 }
 
 // ---- host side ----
