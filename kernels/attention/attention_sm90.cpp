@@ -45,6 +45,7 @@ KernelDef make_sm90() {
       "2 consumer warp groups (wgmma m64n128k16 QK^T, PV with P from registers), softmax overlapped with the PV GEMM; "
       "128-row query tiles, 128-key tiles (64 at head dim > 128); D, Dv multiples of 8 up to 256; no paging; "
       "ignores num_splits");
+  d.profile = "strict";  // fp32 scores / exp / row sums / accumulators, P rounded to the input dtype before PV
   d.can_implement = sm90_supported;
   d.launch = [](LaunchContext& c) { return run_sm90(c, "attention_sm90", Sm90Mutation::none); };
   return d;
