@@ -9,6 +9,8 @@
 // FLOPs: 4 B Hq Sq Sk D (QK^T and PV), halved for causal prefill with Sq = Sk (FlashAttention's
 // benchmark convention). Bytes (decode): q + K + V + O read / written once.
 //
+// attention_fwd_sm90 (Hopper TMA / wgmma; not yet proven on a GPU) on the three prefill shapes,
+// each preceded by an "attention_check" line: its max |O - O_v2| and |LSE - LSE_v2| there.
 // Shapes: prefill B = 2, H = 16, S = 4096, D = 128, causal and not (attention_fwd_v2 when
 // kernels/attention/attention_fwd.h exists; attention_v1 only on a small shape), decode Sq = 1,
 // Sk = 8192, Hq = 16, Hkv = 2 (GQA 8:1), D = 128, B = 2 and 32 (attention_decode_v3 when present,
@@ -25,10 +27,18 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "kernels/attention/attention_params.h"
 #include "kernels/attention/attention_v1.h"
 #include "kernels/bench/bench_util.h"
+
+#if __has_include("kernels/attention/attention_sm90.h")
+#include "kernels/attention/attention_sm90.h"
+#define ASSAY_HAVE_ATTENTION_SM90 1
+#else
+#define ASSAY_HAVE_ATTENTION_SM90 0
+#endif
 
 #if __has_include("kernels/attention/attention_fwd.h")
 #include "kernels/attention/attention_fwd.h"
@@ -124,6 +134,61 @@ void bench(const char* kernel, const Shape& s, const std::function<cudaError_t(c
   release(b);
 }
 
+#if ASSAY_HAVE_ATTENTION_SM90 && ASSAY_HAVE_ATTENTION_FWD
+float bf16_to_float(uint16_t x) {
+  uint32_t u = static_cast<uint32_t>(x) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// attention_fwd_sm90 (not yet proven on a GPU): a failed launch is reported as a JSON line with
+// "error" and the run goes on. Before timing, its O and LSE are compared with attention_fwd_v2's
+// on the same inputs ("max_abs_diff_o_vs_v2", "max_abs_diff_lse_vs_v2"; NaN or a large value
+// means the sm90 kernel is wrong: the gate's goldens say by how much).
+void bench_sm90(const Shape& s, cudaStream_t st, int iters) {
+  Buffers b = alloc(s, st);
+  const AttnParams p = params_of(s, b);
+  const int64_t k_rows = static_cast<int64_t>(s.B) * s.Sk;
+  const auto f = [k_rows](const AttnParams& q, cudaStream_t t) { return attention_fwd_sm90(q, k_rows, t); };
+  cudaError_t e = f(p, st);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(st);
+  if (e != cudaSuccess) {
+    std::printf("{\"bench\": \"attention\", \"kernel\": \"attention_fwd_sm90\", \"shape\": \"%s\", \"error\": \"%s\"}\n",
+                s.name.c_str(), cudaGetErrorString(e));
+    std::fflush(stdout);
+    cudaGetLastError();
+    release(b);
+    return;
+  }
+  const int64_t no = static_cast<int64_t>(s.B) * s.Sq * s.Hq * s.D, nl = static_cast<int64_t>(s.B) * s.Hq * s.Sq;
+  std::vector<uint16_t> o1(no), o2(no);
+  std::vector<float> l1(nl), l2(nl);
+  check(cudaMemcpy(o1.data(), b.o, no * 2, cudaMemcpyDeviceToHost), "copy o");
+  check(cudaMemcpy(l1.data(), b.lse, nl * 4, cudaMemcpyDeviceToHost), "copy lse");
+  check(attention_fwd_v2(p, st), "v2 reference run");
+  check(cudaStreamSynchronize(st), "v2 reference run");
+  check(cudaMemcpy(o2.data(), b.o, no * 2, cudaMemcpyDeviceToHost), "copy o");
+  check(cudaMemcpy(l2.data(), b.lse, nl * 4, cudaMemcpyDeviceToHost), "copy lse");
+  double dmax = 0, lmax = 0;
+  for (int64_t i = 0; i < no; ++i) {
+    const double d = std::fabs(static_cast<double>(bf16_to_float(o1[i])) - bf16_to_float(o2[i]));
+    dmax = std::isnan(d) ? INFINITY : std::max(dmax, d);
+  }
+  for (int64_t i = 0; i < nl; ++i) {
+    const double d = std::fabs(static_cast<double>(l1[i]) - l2[i]);
+    lmax = std::isnan(d) ? INFINITY : std::max(lmax, d);
+  }
+  std::printf("{\"bench\": \"attention_check\", \"kernel\": \"attention_fwd_sm90\", \"shape\": \"%s\", "
+              "\"max_abs_diff_o_vs_v2\": %.6g, \"max_abs_diff_lse_vs_v2\": %.6g}\n",
+              s.name.c_str(), dmax, lmax);
+  std::fflush(stdout);
+  const double ms = assay::bench::time_ms([&](cudaStream_t t) { f(p, t); }, st, iters, 3);
+  report("attention_fwd_sm90", s, ms);
+  release(b);
+}
+#endif
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -157,6 +222,11 @@ int main(int argc, char** argv) {
   bench("attention_fwd_v2", pre_c, v2, st, iters);
   bench("attention_fwd_v2", pre_n, v2, st, iters);
   bench("attention_fwd_v2", pre_small, v2, st, iters);
+#if ASSAY_HAVE_ATTENTION_SM90
+  bench_sm90(pre_c, st, iters);
+  bench_sm90(pre_n, st, iters);
+  bench_sm90(pre_small, st, iters);
+#endif
   bench("attention_decode_v3", dec2, v3, st, iters);
   bench("attention_decode_v3", dec32, v3, st, iters);
 #endif

@@ -14,6 +14,26 @@
 //                                     hands back LSE_partial / O_partial, so `assay bisect` can
 //                                     walk the splits to it (cases with num_splits > 1)
 //
+// GPU mutants of the Hopper kernel attention_sm90 (kernels/attention/attention_sm90.cu; bf16, padded
+// head dim 128 only; the kernel itself is not yet proven on a GPU), each the same kernel with one
+// planted defect of the TMA / mbarrier / wgmma machinery (template flag Sm90Mutation). The
+// kernel's KV tiles are 128 keys, its ring 2 stages:
+//   attention_mutant_sm90_kv_tile0       the producer's TMA key coordinate is the first tile's for
+//                                        every tile (masks still as tile t): needs >= 2 KV tiles
+//   attention_mutant_sm90_stage_stuck    the ring's write stage stops at the last slot instead of
+//                                        wrapping: no TMA past the second tile (the barriers still
+//                                        turn), tiles t >= 2 computed from slot t % 2's stale
+//                                        contents (n = 512 gives n = 256's tiles again): >= 3 tiles
+//   attention_mutant_sm90_parity_flip    the consumers wait for the full barriers with the phase
+//                                        parity flipped on the second round (tiles 2 and 3): if
+//                                        the copy has not landed they read the slot at once (stale
+//                                        data), if it has they wait for a phase that never starts
+//                                        (deadlock, the usual outcome: Hung). Claims only cases
+//                                        with >= 8 KV tiles, so a hang costs one timeout
+//   attention_mutant_sm90_stale_scores   QK^T's first k-block with wgmma scale-d = 1: S_t
+//                                        accumulates onto the previous tile's exp2 arguments
+//   attention_mutant_sm90_no_o_rescale   O not multiplied by exp2(m_old - m_new) between tiles
+//
 // Tensors: those of attention_v1 (attention_v1.h). Each mutant claims only the cases where its bug
 // can change the result (the condition is in its can_implement, from shapes and case fields only);
 // the others are NotSupported with the reason.
@@ -24,9 +44,12 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "kernels/common/kernel_support.h"
 #include "kernels/attention/attention_fwd.h"
 #include "kernels/attention/attention_params.h"
+#include "kernels/attention/attention_sm90.h"
 #include "kernels/attention/attention_v1.h"
 #include "kernels/plugin/cxx_plugin.h"
 #include "kernels/registry.h"
@@ -52,6 +75,38 @@ KernelDef make_mutant(const char* name, const char* description, Mutation m,
     AttnParams p;
     if (std::string err = build_params(c, p); !err.empty()) return n + ": " + err;
     const cudaError_t e = attention_v1(p, static_cast<cudaStream_t>(c.stream), m);
+    return common::cuda_error(n, e);
+  };
+  return d;
+}
+
+// attention_sm90 with one planted defect: claims bf16 cases of padded head dim 128 that the
+// correct kernel claims and that have at least min_tiles KV tiles of 128 keys in some sequence.
+KernelDef make_sm90_mutant(const char* name, const char* description, Sm90Mutation m, int min_tiles) {
+  KernelDef d;
+  d.op = "attention";
+  d.name = name;
+  d.description = description;
+  // The parity race can make repeated runs differ; the others are deterministic.
+  d.deterministic = m != Sm90Mutation::parity_flip;
+  d.can_implement = [min_tiles](const KernelCase& g) -> Support {
+    if (Support s = forward_case_supported(g); !s.ok) return s;
+    const CaseDims dm = case_dims(g);
+    if (std::string why = sm90_case_limits(dm); !why.empty()) return {false, why};
+    if (g.input("q")->dtype != DType::bf16) return {false, "sm90 mutants are built for bf16 only"};
+    if (sm90_padded_dim(dm.D, dm.Dv) != 128) return {false, "sm90 mutants are built for padded head dim 128 only"};
+    const int tiles = (dm.max_seqlen_k + 127) / 128;
+    if (tiles < min_tiles)
+      return {false, fmt::format("{} KV tile(s) of 128 keys: the defect needs {} or more", tiles, min_tiles)};
+    return {};
+  };
+  d.launch = [m, n = std::string(name)](LaunchContext& c) -> std::string {
+    AttnParams p;
+    if (std::string err = build_params(c, p); !err.empty()) return n + ": " + err;
+    const DevTensor* k = c.input("k");
+    int64_t k_rows = 1;
+    for (size_t i = 0; i + 2 < k->shape.size(); ++i) k_rows *= static_cast<int64_t>(k->shape[i]);
+    const cudaError_t e = attention_fwd_sm90(p, k_rows, static_cast<cudaStream_t>(c.stream), m);
     return common::cuda_error(n, e);
   };
   return d;
@@ -114,6 +169,20 @@ std::vector<KernelDef> mutants() {
     };
     v.push_back(std::move(d));
   }
+  v.push_back(make_sm90_mutant("attention_mutant_sm90_kv_tile0",
+                               "attention_sm90 whose TMA key coordinate is the first KV tile's for every tile",
+                               Sm90Mutation::kv_tile0, 2));
+  v.push_back(make_sm90_mutant("attention_mutant_sm90_stage_stuck",
+                               "attention_sm90 whose ring write stage never wraps past the second stage (no TMA past it)",
+                               Sm90Mutation::stage_stuck, 3));
+  v.push_back(make_sm90_mutant("attention_mutant_sm90_parity_flip",
+                               "attention_sm90 whose consumers wait with the full-barrier phase parity flipped on the second round",
+                               Sm90Mutation::parity_flip, 8));
+  v.push_back(make_sm90_mutant("attention_mutant_sm90_stale_scores",
+                               "attention_sm90 whose QK^T first k-block accumulates into the previous tile's registers (scale-d = 1)",
+                               Sm90Mutation::stale_scores, 2));
+  v.push_back(make_sm90_mutant("attention_mutant_sm90_no_o_rescale",
+                               "attention_sm90 without the O rescale between KV tiles", Sm90Mutation::no_o_rescale, 2));
   return v;
 }
 

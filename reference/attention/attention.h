@@ -121,6 +121,13 @@ enum class Mutant {
   no_sink,              // the learnable sink is ignored
   tail_unmasked,        // the last partial KV tile is not masked: keys past sk read as zero vectors
   combine_unweighted,   // split combine averages the non-empty partials instead of LSE weights
+  // The TMA / mbarrier / wgmma defect classes of a Hopper kernel (kernels/attention/attention_sm90.cu
+  // and its GPU mutants), in form (b)'s schedule: tiles nb, nb + 1, ... of a query tile's walk.
+  kv_tile_pinned,       // every KV tile reads the first tile's keys / values (masks as its own)
+  ring_no_wrap,         // a 2-slot ring that never wraps: tile nb + t reads tile nb + t % 2's data
+  ring_stale_round,     // the ring's second round reads stale slots: tiles nb + 2, nb + 3 read nb, nb + 1
+  stale_scores,         // S of each tile accumulates onto the previous tile's exp2 arguments
+                        // log2(e) (s - m) (a wgmma whose first k-block kept scale-d = 1)
 };
 
 struct Params {

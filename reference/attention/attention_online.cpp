@@ -178,6 +178,7 @@ struct Engine : detail::Operands {
     std::vector<int64_t> lo, hi;
     std::vector<double> m, l, cacc, acc;  // row max, row sum, sum_j P_ij c_ij, O accumulator
     Mat acc_mag;
+    std::vector<double> stale;  // Mutant::stale_scores: the previous tile's log2(e) (s - m), [tm, ld_s]
   };
 
   // Row strides of the S / P tiles and of the O accumulator, padded (attention_tiles.h).
@@ -207,6 +208,17 @@ struct Engine : detail::Operands {
     if (p.mutant == Mutant::first_kv_tile_only) T.ne = std::min(T.ne, T.nb + 1);
     const bool no_max = p.mutant == Mutant::no_max_subtraction;
     T.m.assign(tm, no_max ? 0.0 : kNegInf), T.l.assign(tm, 0.0);
+    T.stale.assign(p.mutant == Mutant::stale_scores ? tm * ld_s(pk) : 0, 0.0);
+  }
+
+  // The KV tile whose data step n reads: n, or the tile a ring-defect mutant reads instead.
+  int64_t data_tile(const TileRun& T, int64_t n) const {
+    switch (p.mutant) {
+      case Mutant::kv_tile_pinned: return T.nb;
+      case Mutant::ring_no_wrap: return n >= T.nb + 2 ? T.nb + (n - T.nb) % 2 : n;
+      case Mutant::ring_stale_round: return n >= T.nb + 2 && n < T.nb + 4 ? n - 2 : n;
+      default: return n;
+    }
   }
 
   // KV tile n of the tile's range.
@@ -219,7 +231,11 @@ struct Engine : detail::Operands {
     const bool no_max = p.mutant == Mutant::no_max_subtraction;
     const int64_t j0 = n * p.tile_n;
     const int64_t jn = p.mutant == Mutant::tail_unmasked ? p.tile_n : std::min(p.tile_n, sk - j0);
-    detail::tile_scores(qt, L.Hq * L.D, tm, L.D, pk.k_tile(T.b, T.hk, n), pk.npan, pk.ps, L.scale, S.data(), ld);
+    const int64_t nd = data_tile(T, n);
+    detail::tile_scores(qt, L.Hq * L.D, tm, L.D, pk.k_tile(T.b, T.hk, nd), pk.npan, pk.ps, L.scale, S.data(), ld);
+    if (p.mutant == Mutant::stale_scores)  // the raw accumulator held y: S = scale (q.k + y)
+      for (int64_t r = 0; r < tm; ++r)
+        for (int64_t c = 0; c < jn; ++c) S[r * ld + c] += L.scale * T.stale[r * ld + c];
     const bool tanh_grad = T.mag && p.softcap > 0;
     if (tanh_grad) Tp.resize(tm, jn);
     softcap_mask(S.data(), ld, tm, jn, j0, T.lo, T.hi, sk, tanh_grad ? Tp.data() : nullptr, jn);
@@ -264,7 +280,12 @@ struct Engine : detail::Operands {
       }
       T.m[r] = m_new;
     }
-    detail::tile_pv(P.data(), ld, tm, jn, pk.v_tile(T.b, T.hk, n), pk.ldv, pk.Dvp / 8, T.acc.data(), lda,
+    if (p.mutant == Mutant::stale_scores)  // y = log2(e) (s - m_new) (m_new = -inf counts as 0)
+      for (int64_t r = 0; r < tm; ++r) {
+        const double mu = T.m[r] == kNegInf ? 0.0 : T.m[r];
+        for (int64_t c = 0; c < jn; ++c) T.stale[r * ld + c] = 1.4426950408889634 * (S[r * ld + c] - mu);
+      }
+    detail::tile_pv(P.data(), ld, tm, jn, pk.v_tile(T.b, T.hk, nd), pk.ldv, pk.Dvp / 8, T.acc.data(), lda,
                     ascale.data());
     if (T.mag) T.acc_mag.noalias() += Pm * kv->second.cwiseAbs();
   }
