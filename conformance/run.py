@@ -87,6 +87,24 @@ def load_expected(path=EXPECTED):
     return out
 
 
+def load_pending(golden_root, path=EXPECTED):
+    """{(op, case): why}: [[pending]] rows, L0 cases added since the saved runs and not yet run on a GPU.
+    --docs-from shows them as not run (never as passed); a saved verdict for one is a problem (retire
+    the row)."""
+    with open(path, "rb") as f:
+        doc = tomllib.load(f)
+    out = {}
+    for i, e in enumerate(doc.get("pending", []), 1):
+        where = f"{os.path.relpath(path, REPO)} [[pending]] #{i}"
+        for k in ("op", "case", "why"):
+            if not isinstance(e.get(k), str) or not e[k]:
+                raise SystemExit(f"{where}: field '{k}': required (a non-empty string)")
+        if not os.path.exists(os.path.join(golden_root, e["op"], e["case"] + ".h5")):
+            raise SystemExit(f"{where}: field 'case': no golden golden/{e['op']}/{e['case']}.h5")
+        out[(e["op"], e["case"])] = e["why"]
+    return out
+
+
 def load_behaviours(path=EXPECTED):
     """The [[behaviour]] rows: behaviour, case (op/case), in_assay, shown_by."""
     with open(path, "rb") as f:
@@ -421,6 +439,7 @@ def docs_from(files, docs, golden_root):
         print(f"--docs-from: the runs were made on different machines or settings: {metas}", file=sys.stderr)
         return 2
     expected = load_expected()
+    pending = load_pending(golden_root)
     problems, not_run = [], []
     for r in rows:
         u = ups[r["upstream"]]
@@ -431,14 +450,23 @@ def docs_from(files, docs, golden_root):
                 problems.append(f"{u.name} {c}: listed in expected.toml, but the upstream did not run ({r['status']})")
             continue
         cases, skipped = claimed(assay, u, golden_root)
+        waiting = []
         for c in cases:
-            if c not in r["verdicts"]:
+            why = pending.get((u.op, c))
+            if c not in r["verdicts"] and why:
+                waiting.append((c, f"pending a GPU run: {why}"))
+            elif c not in r["verdicts"]:
                 problems.append(f"{u.name} {c}: claimed, but the saved run has no verdict for it: run it")
+            elif why:
+                problems.append(f"{u.name} {c}: the saved run has a verdict, but expected.toml lists it as [[pending]]: retire the row")
         r["verdicts"] = {c: r["verdicts"][c] for c in cases if c in r["verdicts"]}
         r.update(claimed=len(cases), total=len(cases) + len(skipped), skipped=skipped)
         for c in sorted(set(listed) - set(cases)):
             problems.append(f"{u.name} {c}: listed in expected.toml but not claimed (or no such golden)")
         judge(r, listed, problems, not_run)
+        for c, why in waiting:
+            r["not_run"].append((c, why))
+            not_run.append(f"{u.name} {c}: {why}")
     for p in problems:
         print(f"PROBLEM: {p}")
     if problems:

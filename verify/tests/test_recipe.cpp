@@ -239,3 +239,43 @@ TEST_CASE("which inputs gen stores as recipes: the case field inputs, the size t
   CHECK_FALSE(g.store_as_recipe(0));
   CHECK_FALSE(g.store_as_recipe(1));
 }
+
+TEST_CASE("realize_at and recipe_hash: the same bits and hash as the whole tensor, specials and l2norm rows included",
+          "[cpu][L0]") {
+  const gen::RecipeFail fail = [](std::string_view f, std::string_view m) {
+    throw InputError(std::string(f) + ": " + std::string(m));
+  };
+  std::vector<gen::Recipe> rs;
+  gen::Recipe a{"op/case/x", 9, gen::Dist::normal(0.5, 2), DType::bf16, {3, 70, 5}};
+  a.dist.specials = {{"nan", 3}, {"max", 2}, {"-zero", 4}};
+  rs.push_back(a);
+  rs.push_back({"op/case/k", 10, gen::Dist::l2norm(), DType::f32, {4, 33, 16}});
+  gen::Recipe u{"op/case/g", 11, gen::Dist::log_gate(-3, -0.1), DType::f16, {1 << 21}};
+  u.dist.scale = 0.5;
+  rs.push_back(u);
+  rs.push_back({"op/case/i", 12, gen::Dist::integer(-5, 5), DType::i32, {1000}});
+  for (const auto& r : rs) {
+    INFO(r.stream);
+    const auto whole = gen::realize(r, "t", fail);
+    const Tensor t{"t", std::vector<std::string>(r.shape.size(), "X"), r.shape, r.dtype, whole};
+    CHECK(gen::recipe_hash(r, "t", fail) == gen::input_hash(t));
+    // Every element, then a strided selection of whole rows.
+    std::vector<int64_t> all(whole.size());
+    for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
+    const auto v = gen::realize_at(r, "t", all, fail);
+    int64_t differ = 0;
+    for (size_t i = 0; i < v.size(); ++i) differ += std::memcmp(&v[i], &whole[i], sizeof(double)) != 0;
+    CHECK(differ == 0);
+    const int64_t row = r.shape.back();
+    std::vector<int64_t> some;
+    for (int64_t r0 = 0; r0 + row <= static_cast<int64_t>(whole.size()); r0 += 7 * row)
+      for (int64_t j = 0; j < row; ++j) some.push_back(r0 + j);
+    const auto w = gen::realize_at(r, "t", some, fail);
+    differ = 0;
+    for (size_t i = 0; i < w.size(); ++i) differ += std::memcmp(&w[i], &whole[static_cast<size_t>(some[i])], sizeof(double)) != 0;
+    CHECK(differ == 0);
+  }
+  // An l2norm row is made whole or not at all; an offset past the end is refused.
+  CHECK_THROWS(gen::realize_at(rs[1], "t", {0, 1, 2}, fail));
+  CHECK_THROWS(gen::realize_at(rs[3], "t", {1000}, fail));
+}

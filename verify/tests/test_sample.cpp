@@ -191,3 +191,33 @@ TEST_CASE("a sampled golden round-trips, is Stale when its sample is edited, and
   CHECK(rep.verdict == Verdict::Incorrect);
   CHECK(rep.first_bad_index == "[b=1, t=19, h=1, p=3]");
 }
+
+TEST_CASE("sampled with inputs as recipes: the big inputs stay lazy (no values held), same bits as the whole case",
+          "[cpu][L0]") {
+  const auto t = twin("gated_delta",
+                      "B = 2\nT = 24\nH = 1\nHV = 2\nK = 16\nV = 8\nchunk_size = 8\nqk_l2norm = true\ninputs = \"recipe\"\n",
+                      "{ seqs = [1], heads = [1], tokens = 4 }");
+  check_twin(t);
+  size_t lazy = 0;
+  for (size_t i = 0; i < t.sampled.inputs.size(); ++i) {
+    if (!t.sampled.lazy[i]) continue;
+    ++lazy;
+    CHECK(t.sampled.inputs[i].data.empty());
+    CHECK(t.sampled.store_as_recipe(i));
+    // Its streamed hash is the whole tensor's.
+    const auto& w = *std::find_if(t.whole.inputs.begin(), t.whole.inputs.end(),
+                                  [&](const Tensor& x) { return x.name == t.sampled.inputs[i].name; });
+    CHECK(t.sampled.input_hashes[i] == gen::input_hash(w));
+  }
+  CHECK(lazy >= 4);  // q, k, v, g, beta (initial_state too)
+}
+
+TEST_CASE("sampled mamba3 with inputs as recipes: DT, whose values make_inputs reads, stays whole; the rest lazy",
+          "[cpu][L0]") {
+  const auto t = twin("mamba3", "variant = \"siso\"\nB = 2\nT = 12\nH = 2\nG = 1\nN = 8\nP = 4\nS = 4\nchunk_size = 4\n"
+                                "inputs = \"recipe\"\n", "\"default\"");
+  check_twin(t);
+  for (size_t i = 0; i < t.sampled.inputs.size(); ++i)
+    if (t.sampled.inputs[i].name == "DT") CHECK(!t.sampled.lazy[i]);
+    else if (t.sampled.inputs[i].name == "V") CHECK(t.sampled.lazy[i]);
+}
