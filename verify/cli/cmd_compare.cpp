@@ -100,7 +100,7 @@ int run_compare(const CompareOpts& o, const Common& common) {
     throw InputError("compare: give GOLDEN CANDIDATE, or --golden-dir DIR --candidate-dir DIR");
   if (!o.case_globs.empty() || !o.name.empty())
     throw InputError(fmt::format("compare: {} applies to --golden-dir only", o.case_globs.empty() ? "--name" : "--case"));
-  const Golden g = read_golden(o.golden);
+  const Golden g = read_golden(o.golden, false);  // judges outputs: recipe inputs hashed, not held
   const std::string fixtures_dir = fixtures_for(common, o.golden, g.prov.op);
   const auto stale = check_stale(g, o.no_fixture_check ? "" : fixtures_dir);
   nlohmann::json js{{"golden", o.golden}, {"candidate", o.candidate}, {"op", g.prov.op}, {"case", g.prov.case_name},

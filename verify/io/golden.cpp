@@ -464,7 +464,11 @@ static void read_sampled(const h5::File& f, const std::string& ds, const Golden&
 
 // regenerate = false: inputs stored as recipes are validated but not regenerated (their data stays
 // empty): what the crash probe's child reads, since regeneration is our code, not HDF5's.
-static Golden read_golden_here(const std::string& path, bool regenerate = true);
+// How recipe inputs are read: checked only (the crash probe's child: regeneration is our code, not
+// HDF5's), hashed a block at a time without keeping values (gen::recipe_hash: what a reader that
+// needs no input values does), or regenerated whole.
+enum class Regen { check, hash, values };
+static Golden read_golden_here(const std::string& path, Regen regen = Regen::values);
 
 // The logical shape of an input stored as its recipe (attribute `shape`, 1-D int64).
 static Shape recipe_shape(const h5::File& f, const std::string& grp) {
@@ -513,13 +517,13 @@ static gen::Recipe read_recipe(const h5::File& f, const std::string& grp, DType 
   return r;
 }
 
-Golden read_golden(const std::string& path) {
+Golden read_golden(const std::string& path, bool realize_recipes) {
   std::lock_guard<std::recursive_mutex> lk(h5::library_mutex());
-  h5::probe_in_child(path, [&] { (void)read_golden_here(path, false); });
-  return read_golden_here(path);
+  h5::probe_in_child(path, [&] { (void)read_golden_here(path, Regen::check); });
+  return read_golden_here(path, realize_recipes ? Regen::values : Regen::hash);
 }
 
-static Golden read_golden_here(const std::string& path, bool regenerate) {
+static Golden read_golden_here(const std::string& path, Regen regen) {
   auto f = h5::File::open_read(path);
   Golden g;
   auto& p = g.prov;
@@ -596,15 +600,20 @@ static Golden read_golden_here(const std::string& path, bool regenerate) {
       const gen::RecipeFail fail = [&](std::string_view field, std::string_view msg) -> void {
         throw InputError(fmt::format("{}: {}: recipe cannot be regenerated: {}: {}", path, ds, field, msg));
       };
-      if (!regenerate) {
+      if (regen == Regen::check) {
         gen::check_dist(r.dist, "dist." + n, fail);  // cheap checks only
         g.input_recipes.resize(g.inputs.size());
         g.input_recipes.push_back(std::move(r));
         g.inputs.push_back(std::move(t));
         continue;
       }
-      t.data = gen::realize(r, n, fail);
-      const auto h = gen::input_hash(t);
+      std::string h;
+      if (regen == Regen::values) {
+        t.data = gen::realize(r, n, fail);
+        h = gen::input_hash(t);
+      } else {
+        h = gen::recipe_hash(r, n, fail);  // t.data stays empty
+      }
       if (h != g.input_hashes.back() && g.recipe_stale.empty())
         g.recipe_stale = fmt::format("{}: {}: regenerated from its recipe, the codes hash to {} but the golden recorded {} "
                                      "(a recipe attribute or the hash edited, or this assay generates differently)",

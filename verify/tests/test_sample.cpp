@@ -212,7 +212,7 @@ TEST_CASE("sampled with inputs as recipes: the big inputs stay lazy (no values h
   CHECK(lazy >= 4);  // q, k, v, g, beta (initial_state too)
 }
 
-TEST_CASE("sampled mamba3 with inputs as recipes: DT, whose values make_inputs reads, stays whole; the rest lazy",
+TEST_CASE("sampled mamba3 with inputs as recipes: DT, whose values make_inputs reads, stays whole, the rest lazy",
           "[cpu][L0]") {
   const auto t = twin("mamba3", "variant = \"siso\"\nB = 2\nT = 12\nH = 2\nG = 1\nN = 8\nP = 4\nS = 4\nchunk_size = 4\n"
                                 "inputs = \"recipe\"\n", "\"default\"");
