@@ -103,9 +103,10 @@ def _checked_array(a, name: str, shape: tuple, golden_kind: str, where: str) -> 
     return arr
 
 
-def _prepare_output(a, o, where: str):
+def _prepare_output(a, o, where: str, take=None):
     """(array to store, dtype attribute or None) for golden output ``o``; AssayError when the array
-    cannot carry it."""
+    cannot carry it. ``take``: a sampled golden's offsets (Golden.sample_offsets): only those elements
+    are stored, gathered before any conversion."""
     od = dtypes.get(o.dtype, where)
     if isinstance(a, Codes):
         d = a.dtype
@@ -122,11 +123,15 @@ def _prepare_output(a, o, where: str):
         if c.dtype.itemsize != d.nbytes:
             raise AssayError(f"{where}: {c.dtype.itemsize}-byte integers cannot hold {d.name} codes")
         u = np.ascontiguousarray(c).view(d.codes)
+        if take is not None:
+            u = u.reshape(-1)[take]
         if d.bits < 8 * d.nbytes and u.size and int(u.max()) >> d.bits:
             i = int(np.argmax((u >> d.bits) != 0))
             raise AssayError(f"{where}: element {i} holds {int(u.reshape(-1)[i]):#x}, not a {d.name} code")
         return u, d.name
     arr = _checked_array(a, o.name, o.shape, f"output '{o.name}' is {od.name}", where)
+    if take is not None:
+        arr = arr.reshape(-1)[take]
     ad = dtypes.from_numpy(arr.dtype)
     if arr.dtype in (np.float64, np.float32):
         return np.ascontiguousarray(arr), None
@@ -175,7 +180,9 @@ def write(path, golden: Golden, outputs: dict, precision_profile: str | None = N
         if n not in outputs:
             raise AssayError(f"{path}: output '{n}' of golden {gname} is missing "
                              f"(outputs: {', '.join(golden.outputs)})")
-    prepared = {n: _prepare_output(outputs[n], golden.outputs[n], f"{path}: output '{n}'") for n in golden.outputs}
+    # A sampled golden (golden/SCHEMA.md "Sampled outputs"): whole outputs in, the sampled elements out.
+    takes = {n: golden.sample_offsets(n) if getattr(golden, "sample", None) else None for n in golden.outputs}
+    prepared = {n: _prepare_output(outputs[n], golden.outputs[n], f"{path}: output '{n}'", takes[n]) for n in golden.outputs}
     inter = {}
     for n, a in (intermediates or {}).items():
         shapes = getattr(golden, "intermediate_shapes", {})

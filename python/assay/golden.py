@@ -270,6 +270,32 @@ class Golden:
         self.intermediates = _LazyArrays(p, "intermediates", names)
         self.intermediate_shapes = {n: tuple(inter[n].shape) for n in names}
 
+    def sample_offsets(self, name: str) -> np.ndarray | None:
+        """A sampled golden's output ``name``: the flat row-major offsets (int64) into the whole tensor
+        of its stored elements, in the order golden/SCHEMA.md "Sampled outputs" gives (slice after
+        slice; batch = the slice's sequence, each head axis of n at head * n // head_count, the token
+        axis at ``tokens``); None for a golden that is not sampled."""
+        if self.sample is None:
+            return None
+        o, sp = self.outputs[name], self.sample
+        heads = set(x for x in str(sp["head_axes"]).split(",") if x)
+        all_tokens = len(sp["tokens"]) == sp["token_count"]
+        parts = []
+        for b, h in zip(sp["seqs"], sp["heads"]):
+            idx = []
+            for ax, n in zip(o.axes, o.shape):
+                if ax == sp["batch_axis"]:
+                    idx.append([b])
+                elif ax in heads:
+                    idx.append([h * n // sp["head_count"]])
+                elif ax == sp["token_axis"] and not all_tokens:
+                    idx.append(sp["tokens"])
+                else:
+                    idx.append(range(n))
+            grids = np.meshgrid(*[np.asarray(list(i), dtype=np.int64) for i in idx], indexing="ij")
+            parts.append(np.ravel_multi_index([g.reshape(-1) for g in grids], o.shape).astype(np.int64))
+        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
     @property
     def inputs_f64(self) -> dict[str, np.ndarray]:
         """name -> the input's exact float64 values (integers as float64)."""
