@@ -2,6 +2,7 @@
 // as "tests/common.h"): the test-input RNG and temp dirs. Fixture inputs never use these: they come
 // from fixtures/gen (Philox, portable); these are for tests that build their own small inputs.
 #pragma once
+#include <unistd.h>
 #include <cstdint>
 #include <filesystem>
 #include <string>
@@ -33,8 +34,10 @@ struct UniformRng : SplitMix64 {
 };
 
 // A fresh, empty directory under the system temp dir: <tmp>/<group>/<name>.
+// A per-process directory <tmp>/<group>_<pid>/<name>: two test runs on one machine (two checkouts,
+// or a build's ctest beside a fresh clone's CI) must never share, or remove, each other's files.
 inline std::filesystem::path fresh_dir(const std::string& group, const std::string& name) {
-  auto d = std::filesystem::temp_directory_path() / group / name;
+  auto d = std::filesystem::temp_directory_path() / (group + "_" + std::to_string(::getpid())) / name;
   std::filesystem::remove_all(d);
   std::filesystem::create_directories(d);
   return d;

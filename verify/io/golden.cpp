@@ -558,7 +558,11 @@ static Golden read_golden_here(const std::string& path, Regen regen) {
   {
     // The whole file's declared size, before anything is loaded: many datasets each under the
     // limit must not add up past it (a small file can declare huge chunked datasets).
-    int64_t total = 0;
+    // Bytes held: a stored dataset 16 an element (its codes and its values); a recipe input 8 when
+    // regenerated whole, else its storage codes' width (made and hashed a block at a time, but the
+    // time that takes is bounded by what the codes would occupy).
+    int64_t total = 0, largest = -1;
+    std::string largest_ds;
     for (const char* grp : {"/inputs", "/expected", "/rounded", "/bounds", "/bounds2", "/allowed_mask", "/alt", "/intermediates",
                             "/intermediate_bounds"}) {
       if (!f.exists(grp)) continue;
@@ -569,17 +573,27 @@ static Golden read_golden_here(const std::string& path, Regen regen) {
         const Shape rshape = recipe ? recipe_shape(f, ds) : Shape{};
         try {
           const Shape shape = recipe ? rshape : f.info(ds).shape;
-          if (__builtin_add_overflow(total, numel(shape), &total)) throw InputError("element count overflows");
+          int64_t each = 16;
+          if (recipe && regen != Regen::values) {
+            const auto d = f.has_attr(ds, "dtype") ? parse_dtype(f.attr_str(ds, "dtype")) : std::nullopt;
+            each = d ? info(*d).storage_bytes : 8;
+          } else if (recipe) {
+            each = 8;
+          }
+          int64_t bytes = 0;
+          if (__builtin_mul_overflow(numel(shape), each, &bytes) || __builtin_add_overflow(total, bytes, &total))
+            throw InputError("element count overflows");
+          if (bytes > largest) largest = bytes, largest_ds = fmt::format("{} {}", ds, shape_str(shape));
         } catch (const InputError& e) {
           throw InputError(fmt::format("{}: {}: {}", path, ds, e.what()));
         }
       }
     }
-    try {
-      check_memory(total, 16, "its datasets together");
-    } catch (const InputError& e) {
-      throw InputError(fmt::format("{}: {}", path, e.what()));
-    }
+    if (total > memory_limit())
+      throw InputError(fmt::format("{}: {}: the golden's datasets together need {:.3g} GB to read ({:.3g} GB this one, the "
+                                   "largest), above the memory limit of {:.3g} GB (--max-memory)",
+                                   path, largest_ds, static_cast<double>(total) / 1e9, static_cast<double>(largest) / 1e9,
+                                   static_cast<double>(memory_limit()) / 1e9));
   }
   for (const auto& n : f.list("/inputs")) {
     const std::string ds = "/inputs/" + n;

@@ -147,7 +147,7 @@ TEST_CASE("hostile input: overflowing shapes, size bombs, NaN or negative tolera
     for (const auto& o : g0.outputs) largest = std::max(largest, numel(o.expected.shape)), total += numel(o.expected.shape);
     REQUIRE(total > 2 * largest);
     const auto limit = std::to_string(16 * 2 * largest);
-    exit2(assay_test::run_assay("--max-memory " + limit + " inspect " + kGolden), "its datasets together");
+    exit2(assay_test::run_assay("--max-memory " + limit + " inspect " + kGolden), "datasets together need");
   }
   exit2(assay_test::run_assay("--max-memory 4096 inspect " + kGolden), "above the memory limit");
   exit2(assay_test::run_assay("inspect --max-memory 4K " + kGolden), "above the memory limit");
