@@ -116,7 +116,7 @@ int worker_main(const WorkerArgs& a) {
     for (const auto& p : a.plugins) kernels::load_plugin(p);
     k = kernels::find_kernel(a.kernel);
     if (!k) return fail("input_error", fmt::format("unknown kernel '{}'", a.kernel), kExitInput);
-    g = read_golden(a.golden);
+    g = read_golden(a.golden, false);  // recipe inputs: codes made below, never fp64 values of the whole
   } catch (const std::exception& e) {
     return fail("input_error", e.what(), kExitInput);
   }
@@ -144,12 +144,24 @@ int worker_main(const WorkerArgs& a) {
 
   // Inputs: storage codes, uploaded once; a host copy is kept to detect kernels that write them.
   std::vector<std::vector<uint8_t>> in_host;
-  for (const auto& t : g.inputs) {
+  for (size_t ii = 0; ii < g.inputs.size(); ++ii) {
+    const auto& t = g.inputs[ii];
     const size_t eb = static_cast<size_t>(info(t.dtype).storage_bytes);
-    std::vector<uint8_t> h(t.data.size() * eb);
-    for (size_t i = 0; i < t.data.size(); ++i) {
-      const uint64_t c = encode(t.dtype, t.data[i]);
-      std::memcpy(h.data() + i * eb, &c, eb);
+    std::vector<uint8_t> h;
+    if (input_is_recipe(g, ii) && static_cast<int64_t>(t.data.size()) != numel(t.shape)) {
+      try {  // read_golden checked the recipe and that its codes hash to the recorded fnv1a64
+        h = gen::recipe_codes(*g.input_recipes[ii], t.name, [&](std::string_view f, std::string_view m) {
+          throw InputError(fmt::format("{}: /inputs/{}: recipe: {}: {}", a.golden, t.name, f, m));
+        });
+      } catch (const std::exception& e) {
+        return fail("input_error", e.what(), kExitInput);
+      }
+    } else {
+      h.resize(t.data.size() * eb);
+      for (size_t i = 0; i < t.data.size(); ++i) {
+        const uint64_t c = encode(t.dtype, t.data[i]);
+        std::memcpy(h.data() + i * eb, &c, eb);
+      }
     }
     void* d = nullptr;
     if (cudaError_t e = cudaMalloc(&d, std::max<size_t>(h.size(), 1)); e != cudaSuccess)

@@ -254,7 +254,7 @@ TEST_CASE("which inputs gen stores as recipes: the case field inputs, the size t
   CHECK_FALSE(g.store_as_recipe(1));
 }
 
-TEST_CASE("realize_at and recipe_hash: the same bits and hash as the whole tensor, specials and l2norm rows included",
+TEST_CASE("realize_at, recipe_hash and recipe_codes: the same bits, hash and codes as the whole tensor, specials and l2norm rows included",
           "[cpu][L0]") {
   const gen::RecipeFail fail = [](std::string_view f, std::string_view m) {
     throw InputError(std::string(f) + ": " + std::string(m));
@@ -273,6 +273,7 @@ TEST_CASE("realize_at and recipe_hash: the same bits and hash as the whole tenso
     const auto whole = gen::realize(r, "t", fail);
     const Tensor t{"t", std::vector<std::string>(r.shape.size(), "X"), r.shape, r.dtype, whole};
     CHECK(gen::recipe_hash(r, "t", fail) == gen::input_hash(t));
+    CHECK(gen::recipe_codes(r, "t", fail) == gen::storage_bytes(t));  // what the GPU worker uploads
     // Every element, then a strided selection of whole rows.
     std::vector<int64_t> all(whole.size());
     for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
