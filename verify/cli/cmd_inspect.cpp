@@ -87,9 +87,14 @@ void print(const std::string& path, const Golden& g) {
                g.input_hashes[i], input_is_recipe(g, i) ? fmt::format("  recipe: {}", recipe_str(*g.input_recipes[i])) : "");
   }
   fmt::print("  outputs (fp64 truth; dtype = kernel-facing):\n");
+  if (!g.sample.empty())
+    fmt::print("    sampled: only {} (golden/SCHEMA.md \"Sampled outputs\"); a kernel writes the whole shapes below\n",
+               printable(sample_summary(g.sample)));
   for (const auto& o : g.outputs)
-    fmt::print("    {:<14} {:<8} {:<22} {:<14}{}{}{}\n", o.expected.name, name(o.expected.dtype), shape_str(o.expected.shape),
-               axes_str(o.expected.axes), o.bound ? " +bound" : "", o.bound2 ? " +bound2" : "", o.rounded ? " +rounded" : "");
+    fmt::print("    {:<14} {:<8} {:<22} {:<14}{}{}{}{}\n", o.expected.name, name(o.expected.dtype),
+               shape_str(o.sampled ? o.full_shape : o.expected.shape), axes_str(o.sampled ? o.full_axes : o.expected.axes),
+               o.bound ? " +bound" : "", o.bound2 ? " +bound2" : "", o.rounded ? " +rounded" : "",
+               o.sampled ? fmt::format("  ({} sampled elements)", o.expected.size()) : "");
   for (const auto& [n, why] : g.single_form) fmt::print("    {}: one oracle form only: {}\n", printable(n), printable(why));
   if (!g.intermediates.empty()) {
     fmt::print("  intermediates:\n");
