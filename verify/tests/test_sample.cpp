@@ -221,3 +221,66 @@ TEST_CASE("sampled mamba3 with inputs as recipes: DT, whose values make_inputs r
     if (t.sampled.inputs[i].name == "DT") CHECK(!t.sampled.lazy[i]);
     else if (t.sampled.inputs[i].name == "V") CHECK(t.sampled.lazy[i]);
 }
+
+TEST_CASE("a malformed sampled golden is an input error naming file and dataset, before anything big is allocated",
+          "[cpu][L0]") {
+  const auto t = twin("ssd", "B = 2\nT = 20\nH = 2\nP = 4\nN = 8\nchunk_size = 8\n", "{ seqs = [1], heads = [1], tokens = 4 }");
+  Golden g;
+  g.prov.op = "ssd";
+  g.prov.case_name = "twin";
+  g.prov.level = "L0";
+  g.prov.case_toml = "[[case]]\nname = \"twin\"\nseed = 7\n";
+  g.prov.seed = 7;
+  g.inputs = t.sampled.inputs;
+  for (const auto& x : g.inputs) g.input_hashes.push_back(gen::input_hash(x));
+  g.outputs = t.sampled.result.outputs;
+  g.agreement = t.sampled.result.agreement;
+  g.sample = t.sampled.sample;
+  const auto dir = dir_for("bad");
+  const auto path = (dir / "g.h5").string();
+  write_golden(path, g);
+  auto err = [&](const std::string& tag, const std::function<void(h5::File&)>& edit) {
+    const auto p = (dir / (tag + ".h5")).string();
+    fs::copy_file(path, p, fs::copy_options::overwrite_existing);
+    {
+      auto f = h5::File::open_rw(p);
+      edit(f);
+      f.close();
+    }
+    try {
+      (void)read_golden(p);
+    } catch (const InputError& e) {
+      const std::string w = e.what();
+      CHECK(w.find('\n') == std::string::npos);
+      CHECK_THAT(w, assay_test::Contains(p + ": /"));
+      return w;
+    }
+    return std::string("no error");
+  };
+  CHECK_THAT(err("v3", [](h5::File& f) { f.set_attr("/", "schema_version", int64_t{3}); }),
+             assay_test::Contains("/sample: sampled outputs need schema_version 4"));
+  CHECK_THAT(err("tokens", [](h5::File& f) {
+               const std::vector<int64_t> v{5, 2, 9, 19};
+               f.overwrite("/sample/tokens", h5::Elem::i64, v.data());
+             }),
+             assay_test::Contains("tokens must ascend"));
+  CHECK_THAT(err("head", [](h5::File& f) {
+               const std::vector<int64_t> v{7};
+               f.overwrite("/sample/heads", h5::Elem::i64, v.data());
+             }),
+             assay_test::Contains("is not below head_count"));
+  CHECK_THAT(err("seq", [](h5::File& f) {
+               const std::vector<int64_t> v{2};
+               f.overwrite("/sample/seqs", h5::Elem::i64, v.data());
+             }),
+             assay_test::Contains("the sample does not fit the output"));
+  CHECK_THAT(err("count", [](h5::File& f) { f.set_attr("/sample", "token_count", int64_t{1} << 40); }),
+             assay_test::Contains("/expected/"));
+  CHECK_THAT(err("full", [](h5::File& f) { f.set_attr_value("/expected/out", "full_shape", CaseFields::Value{std::vector<int64_t>{2, 20, 2}}); }),
+             assay_test::Contains("/expected/out"));
+  CHECK_THAT(err("huge", [](h5::File& f) {
+               f.set_attr_value("/expected/out", "full_shape",
+                                CaseFields::Value{std::vector<int64_t>{int64_t{1} << 40, int64_t{1} << 40, 2, 4}});
+             }),
+             assay_test::Contains("/expected/out"));
+}
