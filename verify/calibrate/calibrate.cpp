@@ -139,6 +139,23 @@ void run_case(const gen::OpDef& op, const TolerancePolicy& policy, const std::ve
       w.problems.push_back(fmt::format("variant {} on case {}: {}", v.name, c.name, e.what()));
       continue;
     }
+    // A sampled golden (golden/SCHEMA.md "Sampled outputs"): the variant computed the whole case;
+    // keep its outputs at the sampled elements, and drop its intermediates (the golden holds none).
+    if (!g.sample.empty()) {
+      std::map<std::string, std::vector<double>> kept;
+      for (auto& [name, vals] : *all[vi]) {
+        const Output* o = g.output(name);
+        if (!o) continue;
+        if (o->sampled && static_cast<int64_t>(vals.size()) == numel(o->full_shape)) {
+          std::vector<double> pick(o->sample_offsets.size());
+          for (size_t i = 0; i < pick.size(); ++i) pick[i] = vals[static_cast<size_t>(o->sample_offsets[i])];
+          kept[name] = std::move(pick);
+        } else {
+          kept[name] = std::move(vals);
+        }
+      }
+      all[vi] = std::move(kept);
+    }
     if (!same_precision && v.kind == gen::Variant::Kind::emulation && v.profile == kStrictProfile && !all[vi]->empty())
       same_precision = &*all[vi];
   }
