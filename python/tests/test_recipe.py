@@ -46,6 +46,8 @@ def compare_golden_inputs(path: str):
         case = tomllib.loads(_s(f.attrs["case_toml"]))["case"][0]
         op, seed = _s(f.attrs["op"]), int(_s(f.attrs["seed"]))
         for n, ds in f["inputs"].items():
+            if not isinstance(ds, h5py.Dataset):  # stored as its recipe: test_decode compares it with the C++ reader
+                continue
             d = case.get("dist", {}).get(n)
             if not d or d.get("kind") not in DEFAULTS:
                 continue
