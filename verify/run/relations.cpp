@@ -513,6 +513,66 @@ Executed execute_check(const Check& c, const Golden& g, const SupportFn& support
   return e;
 }
 
+namespace {
+
+h5::Elem code_elem(size_t bytes) {
+  switch (bytes) {
+    case 1: return h5::Elem::u8;
+    case 2: return h5::Elem::u16;
+    case 4: return h5::Elem::u32;
+    default: return h5::Elem::u64;
+  }
+}
+
+std::vector<uint64_t> read_shaped(const h5::File& f, const std::string& ds, const Tensor& e) {
+  ASSAY_INPUT_CHECK(f.exists(ds), "{}: {}: missing", f.path(), ds);
+  const auto inf = f.info(ds);
+  ASSAY_INPUT_CHECK(inf.shape == e.shape, "{}: {}: shape {} != {}", f.path(), ds, shape_str(inf.shape), shape_str(e.shape));
+  return f.read_u64(ds);
+}
+
+}  // namespace
+
+void write_executed(h5::File& f, const Golden& g, const std::vector<Check>& checks, const std::vector<Executed>& done) {
+  ASSAY_CHECK(checks.size() == done.size(), "write_executed: {} checks, {} results", checks.size(), done.size());
+  if (checks.empty()) return;
+  f.create_group("/relations");
+  for (size_t ci = 0; ci < checks.size(); ++ci) {
+    const std::string grp = "/relations/" + checks[ci].name;
+    f.create_group(grp);
+    const auto& ex = done[ci];
+    const bool na = !checks[ci].not_applicable.empty();
+    f.set_attr(grp, "status", na ? std::string("not_applicable") : ex.status);
+    f.set_attr(grp, "message", na ? checks[ci].not_applicable : ex.message);
+    if (na || ex.status != "ok") continue;
+    f.create_group(grp + "/covered");
+    for (size_t oi = 0; oi < g.outputs.size(); ++oi) {
+      const Tensor& e = g.outputs[oi].expected;
+      const size_t eb = static_cast<size_t>(info(e.dtype).storage_bytes);
+      std::vector<uint8_t> packed(ex.codes[oi].size() * eb);
+      for (size_t i = 0; i < ex.codes[oi].size(); ++i) std::memcpy(packed.data() + i * eb, &ex.codes[oi][i], eb);
+      f.write(grp + "/" + e.name, code_elem(eb), e.shape, packed.data());
+      f.set_attr(grp + "/" + e.name, "dtype", std::string(name(e.dtype)));
+      f.write(grp + "/covered/" + e.name, h5::Elem::u8, e.shape, ex.covered[oi].data());
+    }
+  }
+}
+
+Executed read_executed(const h5::File& f, const Golden& g, const Check& c) {
+  Executed e;
+  const std::string grp = "/relations/" + c.name;
+  ASSAY_INPUT_CHECK(f.exists(grp), "{}: {}: missing (a worker run without --relations?)", f.path(), grp);
+  e.status = f.attr_str(grp, "status");
+  e.message = f.attr_str(grp, "message");
+  if (e.status != "ok") return e;
+  for (const auto& o : g.outputs) {
+    e.codes.push_back(read_shaped(f, grp + "/" + o.expected.name, o.expected));
+    const auto m = read_shaped(f, grp + "/covered/" + o.expected.name, o.expected);
+    e.covered.emplace_back(m.begin(), m.end());
+  }
+  return e;
+}
+
 int run_of(const Check& c, const Golden& g, const std::string& out, int64_t flat) {
   const Output* o = g.output(out);
   if (!o) return -1;

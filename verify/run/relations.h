@@ -99,6 +99,14 @@ struct Executed {
 };
 Executed execute_check(const Check& c, const Golden& g, const SupportFn& support, const RunFn& run);
 
+// The worker's record of the checks in its candidate file (verify/run/worker.h): a group
+// /relations/<check> per check with attributes status ("ok", "not_applicable", "not_supported",
+// "error") and message and, when ok, /relations/<check>/<output> (codes in the output's dtype, the
+// golden's shape, attribute dtype) and /relations/<check>/covered/<output> (u8).
+// read_executed reads one back (the parent, runner_judge.cpp); InputError naming the file and dataset.
+void write_executed(h5::File& f, const Golden& g, const std::vector<Check>& checks, const std::vector<Executed>& done);
+Executed read_executed(const h5::File& f, const Golden& g, const Check& c);
+
 // The element `flat` of golden output `out` comes from which run of `c` (-1: not covered).
 int run_of(const Check& c, const Golden& g, const std::string& out, int64_t flat);
 

@@ -346,25 +346,7 @@ int worker_main(const WorkerArgs& a) {
           f.set_attr(ds, "dtype", std::string(name(e.dtype)));
         }
       }
-      if (!checks.empty()) f.create_group("/relations");
-      for (size_t ci = 0; ci < checks.size(); ++ci) {
-        const std::string grp = "/relations/" + checks[ci].name;
-        f.create_group(grp);
-        const auto& ex = executed[ci];
-        f.set_attr(grp, "status", checks[ci].not_applicable.empty() ? ex.status : std::string("not_applicable"));
-        f.set_attr(grp, "message", ex.message);
-        if (!checks[ci].not_applicable.empty() || ex.status != "ok") continue;
-        f.create_group(grp + "/covered");
-        for (size_t oi = 0; oi < g.outputs.size(); ++oi) {
-          const Tensor& e = g.outputs[oi].expected;
-          const size_t eb = static_cast<size_t>(info(e.dtype).storage_bytes);
-          std::vector<uint8_t> packed(ex.codes[oi].size() * eb);
-          for (size_t i = 0; i < ex.codes[oi].size(); ++i) std::memcpy(packed.data() + i * eb, &ex.codes[oi][i], eb);
-          f.write(grp + "/" + e.name, code_elem(eb), e.shape, packed.data());
-          f.set_attr(grp + "/" + e.name, "dtype", std::string(name(e.dtype)));
-          f.write(grp + "/covered/" + e.name, h5::Elem::u8, e.shape, ex.covered[oi].data());
-        }
-      }
+      relations::write_executed(f, g, checks, executed);
       f.set_attr("/", "kernel", k->name);
       f.set_attr("/", "golden", a.golden);
       f.close();

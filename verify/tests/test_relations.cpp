@@ -21,6 +21,8 @@
 #include "reference/core/check.h"
 #include "tests/common.h"
 #include "verify/io/golden.h"
+#include "verify/io/h5.h"
+#include "verify/run/runner_internal.h"
 #include "verify/judge/tolerance.h"
 #include "verify/run/relations.h"
 
@@ -106,7 +108,7 @@ const std::vector<std::string> kAll{"batch", "continuation", "varlen"};
 
 }  // namespace
 
-TEST_CASE("relations: gather along an axis (sub-batches, token ranges, an appended copy)") {
+TEST_CASE("gather along an axis (sub-batches, token ranges, an appended copy)") {
   Tensor t{"x", {"B", "T"}, {2, 3}, DType::f32, {0, 1, 2, 10, 11, 12}};
   auto a = relations::gather(t, 0, {1});
   CHECK(a.shape == Shape{1, 3});
@@ -119,7 +121,7 @@ TEST_CASE("relations: gather along an axis (sub-batches, token ranges, an append
   CHECK_THROWS(relations::gather(t, 0, {2}));
 }
 
-TEST_CASE("relations: the checks planned for an ssd golden (B = 2, initial states, T = 65, chunk 64)") {
+TEST_CASE("the checks planned for an ssd golden (B = 2, initial states, T = 65, chunk 64)") {
   const Golden g = golden("ssd", "t65_q64_init");
   const auto cs = relations::plan_checks(g, kAll, true);
   REQUIRE(cs.size() == 4);
@@ -147,7 +149,7 @@ TEST_CASE("relations: the checks planned for an ssd golden (B = 2, initial state
   CHECK_THROWS_AS(relations::plan_checks(g, {"layout"}, false), InputError);
 }
 
-TEST_CASE("relations: a packed ssd golden unpacks into its sequences, the empty one named") {
+TEST_CASE("a packed ssd golden unpacks into its sequences, the empty one named") {
   const Golden g = golden("ssd", "varlen_midchunk");  // seqlens 40 | 0 | 100 | 7 | 153
   const auto cs = relations::plan_checks(g, kAll, false);
   CHECK(find_check(cs, "batch.alone").not_applicable.find("packed") != std::string::npos);
@@ -168,7 +170,7 @@ TEST_CASE("relations: a packed ssd golden unpacks into its sequences, the empty 
   CHECK(relations::run_of(vl, g, "varlen_states", 1 * (vs->expected.size() / 5)) == -1);
 }
 
-TEST_CASE("relations: the oracle as a kernel passes every check on every forward L0 golden (no false alarm)") {
+TEST_CASE("the oracle as a kernel passes every check on every forward L0 golden (no false alarm)") {
   int ran = 0, passed = 0;
   std::map<std::string, int> by_check;
   for (const std::string op : {"ssd", "gated_delta", "mamba3", "attention"}) {
@@ -205,7 +207,7 @@ TEST_CASE("relations: the oracle as a kernel passes every check on every forward
   CHECK(passed == ran);
 }
 
-TEST_CASE("relations: a kernel reading its batch neighbour's initial state on odd B is caught by batch.extended only") {
+TEST_CASE("a kernel reading its batch neighbour's initial state on odd B is caught by batch.extended only") {
   // The GPU mutant ssd_mutant_init_neighbour_odd_b on the host: with B odd and > 1, sequence b reads
   // the initial states of sequence (b + 1) % B. The L0 ssd goldens have B = 1 or 2: only the
   // extended batch (B + 1 = 3) shows it.
@@ -234,7 +236,7 @@ TEST_CASE("relations: a kernel reading its batch neighbour's initial state on od
   CHECK(v.reason.find("'final_states' [b=0, h=") != std::string::npos);
 }
 
-TEST_CASE("relations: a short seeded call that drops its state is caught by continuation, naming the run") {
+TEST_CASE("a short seeded call that drops its state is caught by continuation, naming the run") {
   // A chunked prefill's piece shorter than one chunk (1 < T < Q) that ignores its initial states.
   const Mutate drop = [](const kernels::KernelCase& kc, std::vector<Tensor>& ins) {
     const int64_t T = kc.fields.get_int("T"), Q = kc.fields.get_int("chunk_size", 64);
@@ -257,7 +259,7 @@ TEST_CASE("relations: a short seeded call that drops its state is caught by cont
   CHECK(v.reason.find("sequence 0 (tokens [32, 65)), 'final_states'") != std::string::npos);
 }
 
-TEST_CASE("relations: bitwise batch invariance tells an ulp from a tolerance") {
+TEST_CASE("bitwise batch invariance tells an ulp from a tolerance") {
   // One ulp more on the first output element whenever the batch holds one sequence: within the
   // golden's tolerance, but not the same bits.
   const relations::RunFn ulp = [inner = oracle_kernel()](const kernels::KernelCase& kc, const std::vector<Tensor>& ins,
@@ -281,7 +283,7 @@ TEST_CASE("relations: bitwise batch invariance tells an ulp from a tolerance") {
   CHECK(v2.reason.find("sequence 0 (sequence 0 alone (B = 1)), 'out' [b=0, t=0, h=0, p=0]") != std::string::npos);
 }
 
-TEST_CASE("relations: a related case the kernel refuses is NotSupported, a failed run is Failed") {
+TEST_CASE("a related case the kernel refuses is NotSupported, a failed run is Failed") {
   const Golden g = golden("ssd", "t65_q64_init");
   const auto cs = relations::plan_checks(g, {"continuation"}, false);
   const auto base = base_run(g, oracle_kernel());
@@ -300,4 +302,76 @@ TEST_CASE("relations: a related case the kernel refuses is NotSupported, a faile
       [](const kernels::KernelCase&, const std::vector<Tensor>&, std::map<std::string, std::vector<uint64_t>>&) { return std::string(); });
   CHECK(missing.status == "error");
   CHECK(missing.message.find("output 'final_states' missing") != std::string::npos);
+}
+
+TEST_CASE("the worker's record of the checks reads back in the runner as one row per check") {
+  // What `assay __worker --relations` writes (write_executed, beside /outputs in the candidate) and what
+  // `assay verify --relations` reads (runner_detail::judge_relations), round-tripped on the CPU with
+  // host kernels in place of the GPU launch: the oracle, and the neighbour-state defect.
+  const Golden g = golden("ssd", "t65_q64_init");
+  kernels::KernelDef k;
+  k.op = "ssd";
+  k.name = "host_oracle";
+  k.relations = {"batch", "continuation", "varlen"};
+  k.batch_invariant = false;
+  const Mutate neighbour = [](const kernels::KernelCase&, std::vector<Tensor>& ins) {
+    for (auto& t : ins)
+      if (t.name == "initial_states" && t.shape[0] % 2 == 1 && t.shape[0] > 1) t = relations::gather(t, 0, {1, 2, 0});
+  };
+  for (const bool broken : {false, true}) {
+    const auto kern = broken ? oracle_kernel(neighbour) : oracle_kernel();
+    const auto base = base_run(g, kern);
+    const auto checks = relations::plan_checks(g, k.relations, k.batch_invariant);
+    std::vector<relations::Executed> done;
+    for (const auto& c : checks) done.push_back(c.not_applicable.empty() ? relations::execute_check(c, g, nullptr, kern) : relations::Executed{});
+    const auto path = (fs::temp_directory_path() / fmt::format("assay_rel_cand_{}_{}.h5", ::getpid(), broken)).string();
+    {
+      auto f = h5::File::create(path);
+      f.create_group("/outputs");
+      for (size_t k2 = 0; k2 < g.outputs.size(); ++k2) {
+        const Tensor& e = g.outputs[k2].expected;
+        f.write("/outputs/" + e.name, h5::Elem::u64, e.shape, base[k2].data());
+        f.set_attr("/outputs/" + e.name, "dtype", std::string(name(e.dtype)));
+      }
+      relations::write_executed(f, g, checks, done);
+      f.close();
+    }
+    CaseResult base_row;
+    base_row.kernel = k.name;
+    base_row.op = "ssd";
+    base_row.case_name = g.prov.case_name;
+    const auto rows = runner_detail::judge_relations(base_row, g, k, path, policy());
+    std::map<std::string, CaseResult> by;
+    for (const auto& r : rows) by[r.case_name] = r;
+    REQUIRE(rows.size() == 4);
+    CHECK(by.at("t65_q64_init@batch.alone").verdict == Verdict::Passed);
+    CHECK(by.at("t65_q64_init@continuation").verdict == Verdict::Passed);
+    CHECK(by.at("t65_q64_init@varlen").verdict == Verdict::NotSupported);
+    CHECK(by.at("t65_q64_init@varlen").relation == "varlen");
+    const auto& ext = by.at("t65_q64_init@batch.extended");
+    INFO(ext.reason);
+    CHECK(ext.verdict == (broken ? Verdict::Incorrect : Verdict::Passed));
+    if (broken) CHECK(ext.reason.find("relation batch.extended") != std::string::npos);
+    fs::remove(path);
+  }
+  // A candidate written without --relations: each formed check is Failed, naming the missing group.
+  const auto path = (fs::temp_directory_path() / fmt::format("assay_rel_cand_{}_none.h5", ::getpid())).string();
+  {
+    const auto base = base_run(g, oracle_kernel());
+    auto f = h5::File::create(path);
+    f.create_group("/outputs");
+    for (size_t k2 = 0; k2 < g.outputs.size(); ++k2) {
+      const Tensor& e = g.outputs[k2].expected;
+      f.write("/outputs/" + e.name, h5::Elem::u64, e.shape, base[k2].data());
+      f.set_attr("/outputs/" + e.name, "dtype", std::string(name(e.dtype)));
+    }
+    f.close();
+  }
+  CaseResult base_row;
+  base_row.case_name = g.prov.case_name;
+  const auto rows = runner_detail::judge_relations(base_row, g, k, path, policy());
+  REQUIRE(rows.size() == 4);
+  CHECK(rows[0].verdict == Verdict::Failed);
+  CHECK(rows[0].reason.find("/relations/batch.alone: missing") != std::string::npos);
+  fs::remove(path);
 }
