@@ -40,6 +40,9 @@ std::vector<std::unique_ptr<KernelDef>>& table() {
 
 bool register_kernel(KernelDef def) {
   std::lock_guard<std::mutex> lk(g_mu);
+  for (const auto& r : def.relations)
+    if (r != "batch" && r != "continuation" && r != "varlen")
+      throw InputError(fmt::format("kernel '{}' ({}): relation '{}': expected batch, continuation or varlen", def.name, def.source, r));
   for (const auto& k : table())
     if (k->name == def.name)
       throw InputError(fmt::format("kernel '{}' is registered twice ({} and {})", def.name, k->source, def.source));
@@ -250,6 +253,10 @@ std::vector<std::string> load_plugin(const std::string& path) {
     d.description = cstr(k->description);
     d.source = path;
     d.deterministic = (k->flags & ASSAY_KERNEL_NONDETERMINISTIC) == 0;
+    if (k->flags & ASSAY_KERNEL_REL_BATCH) d.relations.emplace_back("batch");
+    if (k->flags & ASSAY_KERNEL_REL_CONTINUATION) d.relations.emplace_back("continuation");
+    if (k->flags & ASSAY_KERNEL_REL_VARLEN) d.relations.emplace_back("varlen");
+    d.batch_invariant = (k->flags & ASSAY_KERNEL_BATCH_INVARIANT) != 0;
     if (p->abi_version >= 2u && k->precision_profile && *k->precision_profile) d.profile = k->precision_profile;
     if (p->abi_version >= 4u && k->n_intermediates > 0) {
       if (!k->intermediates)

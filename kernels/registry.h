@@ -14,6 +14,8 @@
 // A kernel declares:
 //   op, name             which goldens it runs on; a unique name (scaled_add_v1)
 //   deterministic        outputs must be bitwise identical over repeated runs (default true)
+//   relations            the oracle-free relations its outputs satisfy (batch, continuation, varlen)
+//   batch_invariant      batch relations hold bit for bit
 //   can_implement(kc)    called in the parent (no CUDA context): {false, reason} -> NotSupported
 //   launch(ctx)          called in a worker process: enqueue on ctx.stream; "" = ok, else the error
 // Device tensors are the golden's tensors: inputs hold the storage codes, outputs are written as
@@ -92,6 +94,15 @@ struct KernelDef {
   // allocated in LaunchContext::intermediates and must be written whole; they are judged by their
   // own tolerance entries, and `assay bisect` walks them.
   std::vector<std::string> intermediates;
+  // Relations its outputs satisfy (`assay verify --relations`, verify/run/relations.h): any of
+  // "batch" (a sequence's outputs do not depend on what else shares its batch), "continuation"
+  // (T1 then T2 tokens with the state handed over = one run of T1 + T2) and "varlen" (a packed
+  // case = each sequence run alone). Empty: no relation is run. Each related run sees dense tensors
+  // (the layout relation, strided views, is for Python kernels only: python/assay/relations.py).
+  std::vector<std::string> relations;
+  // Batch invariance is bitwise: a sequence's outputs are the same bits whatever else shares its
+  // batch (the batch relations then compare codes with the golden case's run, not only tolerances).
+  bool batch_invariant = false;
 };
 
 // Registration (built-ins at static-init time, plugins when loaded). Duplicate names throw.

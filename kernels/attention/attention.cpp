@@ -43,6 +43,8 @@ KernelDef make_v2() {
   KernelDef d = common::kernel_def("attention", "attention_v2",
       "FA2-style forward: mma.sync m16n8k16, ldmatrix, cp.async double-buffered 64-key tiles, online softmax in exp2; "
       "128-row query tiles (8 warps; 64 rows for head dim > 128); ignores num_splits");
+  d.relations = {"batch"};  // verify/run/relations.h (no varlen relation for attention yet)
+  d.batch_invariant = true;  // splits and tiles come from the case fields, not from B
   d.can_implement = fwd_supported;
   d.launch = [](LaunchContext& c) { return run(c, "attention_v2", attention_fwd_v2); };
   return d;
@@ -51,6 +53,8 @@ KernelDef make_v2() {
 KernelDef make_v2_split() {
   KernelDef d = common::kernel_def("attention", "attention_v2_split",
       "v2 over the oracle's split-KV scheme (case tile_n, num_splits): fp32 partials + LSE-weighted combine");
+  d.relations = {"batch"};  // verify/run/relations.h (no varlen relation for attention yet)
+  d.batch_invariant = true;  // splits and tiles come from the case fields, not from B
   d.can_implement = fwd_supported_and([](const CaseDims& dm) -> Support {
     if (dm.num_splits > 65535) return {false, "num_splits > 65535 (grid.z)"};
     return {};
@@ -66,6 +70,8 @@ KernelDef make_v3_decode() {
   KernelDef d = common::kernel_def("attention", "attention_v3_decode",
       "decode (Sq <= 16): GQA group packed into the query tile (Sq*G <= 16: 4 warps split each KV tile by keys), "
       "split-KV (case num_splits if > 1, else from the SM count) + combine");
+  d.relations = {"batch"};  // verify/run/relations.h (no varlen relation for attention yet)
+  d.batch_invariant = false;  // with num_splits <= 1 the split count follows B * Hkv (occupancy): not bitwise
   d.can_implement = fwd_supported_and([](const CaseDims& dm) -> Support {
     if (dm.max_seqlen_q > 16) return {false, fmt::format("decode path: max seqlen_q = {} > 16", dm.max_seqlen_q)};
     if (static_cast<long long>(dm.B) * dm.Hkv > 65535) return {false, "B * Hkv > 65535 (grid.y)"};

@@ -16,6 +16,8 @@ KernelDef make_attention_v1() {
   KernelDef d = common::kernel_def("attention", "attention_v1",
       "readable baseline: CTA per (16 query rows, head, split), KV tiles of tile_n keys in shared memory, scalar fp32, "
       "online softmax; split-KV with fp32 partials + LSE-weighted combine");
+  d.relations = {"batch"};  // verify/run/relations.h (no varlen relation for attention yet)
+  d.batch_invariant = true;  // one block per (b, h, query row tile): nothing depends on B but the grid
   d.can_implement = [](const KernelCase& g) { return attention_v1_supported(g); };
   d.launch = [](LaunchContext& c) -> std::string {
     AttnParams p;

@@ -20,6 +20,8 @@ KernelDef make_recurrent() {
       "(producer warp), decode one launch per step; o, final_state and chunk_states rounded once at the store");
   d.profile = "strict";
   d.intermediates = {"chunk_states"};
+  d.relations = {"batch", "continuation", "varlen"};  // verify/run/relations.h
+  d.batch_invariant = true;  // one CTA per (sequence, value head): nothing depends on B but the grid
   d.can_implement = recurrent_supported;
   d.launch = [](LaunchContext& c) -> std::string {
     Params p;
@@ -37,6 +39,8 @@ KernelDef make_chunked() {
       "(v_new = u - w S, the state update); chunk-parallel o");
   d.profile = "bf16-states";
   d.intermediates = {"chunk_states"};
+  d.relations = {"batch", "continuation", "varlen"};  // verify/run/relations.h
+  d.batch_invariant = true;  // one CTA per (sequence, value head): nothing depends on B but the grid
   d.can_implement = chunked_supported;
   d.launch = [](LaunchContext& c) -> std::string {
     Params p;

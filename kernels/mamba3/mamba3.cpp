@@ -24,6 +24,8 @@ KernelDef make(bool mimo) {
              "outputs and the bf16 chunk_states rounded once at the store");
   d.profile = "strict";
   d.intermediates = {"chunk_states"};
+  d.relations = {"batch", "continuation", "varlen"};  // verify/run/relations.h
+  d.batch_invariant = true;  // one CTA per (sequence, head): nothing depends on B but the grid
   d.can_implement = [mimo](const KernelCase& g) { return fwd_supported(g, mimo); };
   d.launch = [n = std::string(name)](LaunchContext& c) -> std::string {
     Params p;

@@ -14,6 +14,16 @@
 //   ssd_mutant_init_dropped_b1        initial_states ignored when the batch holds one sequence
 //   ssd_mutant_state_from_chunk_start a chunk's state summed from the chunk start instead of the start
 //                                     of its last sequence, where a sequence boundary falls inside it
+// Relation-only mutants (issue 40 item 3): no L0 golden shows them (every ssd golden has B = 1 or 2,
+// and none is a seeded call of 2..Q-1 tokens); `assay verify --relations` does
+// (verify/tests/gpu/test_gate_gpu.cpp relations-ssd):
+//   ssd_mutant_init_neighbour_odd_b   with B odd and > 1, sequence b starts from the initial states of
+//                                     sequence (b + 1) % B (a batch index off by one that an even batch
+//                                     hides): caught by batch.extended (B = 2 + 1)
+//   ssd_mutant_seeded_short_no_decay  a seeded call of 2..Q-1 tokens, the piece of a chunked prefill,
+//                                     hands on its initial states in final_states without their decay
+//                                     over the call: caught by continuation (t65_q64_init: 32 + 33 tokens)
+//
 //   ssd_mutant_offsets_i32            x / z / out element offsets computed in 32 bits: wrong once a
 //                                     tensor passes 2^31 elements. No L0 golden is that large; it claims
 //                                     only such goldens, and kernels/ssd/test_ssd_large.cu rejects it on a
@@ -24,6 +34,7 @@
 // NotSupported with the reason.
 #include <functional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "kernels/common/kernel_support.h"
@@ -91,6 +102,19 @@ std::vector<KernelDef> mutants() {
                                 if (t.numel() > 2147483647) return {};
                             return {false, "every tensor below 2^31 elements: 32-bit offsets cannot show"};
                           }));
+  // Relation-only: they claim every case the real kernel takes (the related cases included) and
+  // declare the real kernel's relations.
+  for (auto [name, desc, m] : {std::tuple{"ssd_mutant_init_neighbour_odd_b",
+                                          "ssd_chunked_mma whose sequence b reads the initial states of (b + 1) % B on odd B > 1",
+                                          Mutation::init_neighbour_odd_b},
+                               std::tuple{"ssd_mutant_seeded_short_no_decay",
+                                          "ssd_chunked_mma whose seeded call of 2..Q-1 tokens hands on its initial states undecayed",
+                                          Mutation::seeded_short_no_decay}}) {
+    KernelDef d = make_mutant(name, desc, m, [](const KernelCase&, const SsdDims&) -> Support { return {}; });
+    d.relations = {"batch", "continuation", "varlen"};
+    d.batch_invariant = true;
+    v.push_back(std::move(d));
+  }
   return v;
 }
 

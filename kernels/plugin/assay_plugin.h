@@ -57,6 +57,12 @@ extern "C" {
 
 /* kernel flags */
 #define ASSAY_KERNEL_NONDETERMINISTIC 1u /* outputs may differ bitwise between runs (atomics, split-K) */
+/* Relations the kernel satisfies (`assay verify --relations`; any ABI version: older libraries
+ * leave these bits 0). Related runs call can_implement and launch again on derived cases. */
+#define ASSAY_KERNEL_REL_BATCH 2u         /* a sequence's outputs do not depend on the rest of its batch */
+#define ASSAY_KERNEL_REL_CONTINUATION 4u  /* T1 then T2 tokens with the state handed over = T1 + T2 */
+#define ASSAY_KERNEL_REL_VARLEN 8u        /* a packed case = every sequence run as a dense case */
+#define ASSAY_KERNEL_BATCH_INVARIANT 16u  /* the batch relation holds bit for bit */
 
 typedef struct assay_tensor {
   const char* name;     /* the golden's tensor name, e.g. "x", "out" */

@@ -132,6 +132,10 @@ const assay_plugin* export_plugin(const char* plugin_name, std::vector<KernelDef
     k.name = d.name.c_str();
     k.description = d.description.c_str();
     k.flags = d.deterministic ? 0u : ASSAY_KERNEL_NONDETERMINISTIC;
+    for (const auto& r : d.relations)
+      k.flags |= r == "batch" ? ASSAY_KERNEL_REL_BATCH : r == "continuation" ? ASSAY_KERNEL_REL_CONTINUATION
+                 : r == "varlen" ? ASSAY_KERNEL_REL_VARLEN : 0u;
+    if (d.batch_invariant) k.flags |= ASSAY_KERNEL_BATCH_INVARIANT;
     k.can_implement = kFns.first[i];
     k.launch = kFns.second[i];
     k.precision_profile = d.profile.c_str();

@@ -13,6 +13,8 @@ KernelDef make_chunked_mma() {
   KernelDef d = common::kernel_def("ssd", "ssd_chunked_mma",
       "Mamba-2 SSD chunked forward in mamba_ssm's four stages (chunk_state, state_passing, chunk_scan, "
       "chunk_state_varlen): mma.sync m16n8k16 bf16/fp16 with fp32 accumulators, 64-token tiles, chunk 16..256");
+  d.relations = {"batch", "continuation", "varlen"};  // verify/run/relations.h
+  d.batch_invariant = true;  // one CTA per (chunk, b, h): nothing depends on B but the grid
   d.can_implement = ssd_supported;
   d.intermediates = {"chunk_states"};
   d.launch = [](LaunchContext& c) { return ssd_launch(c, "ssd_chunked_mma"); };

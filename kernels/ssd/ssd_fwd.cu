@@ -178,7 +178,11 @@ __global__ void __launch_bounds__(256) state_passing_kernel(SsdParams p, int mut
   const int64_t PN = static_cast<int64_t>(p.P) * p.N, i = static_cast<int64_t>(blockIdx.x) * 256 + threadIdx.x;
   if (i >= PN) return;
   const bool drop_init = mut == int(Mutation::init_dropped_b1) && p.B == 1;
-  float s = p.init && !drop_init ? p.init[static_cast<int64_t>(bh) * PN + i] : 0.f;
+  // init_neighbour_odd_b: the initial states of the next batch row, on odd batches of more than one.
+  const int b_init = mut == int(Mutation::init_neighbour_odd_b) && p.B > 1 && p.B % 2 == 1 ? (b + 1) % p.B : b;
+  float s = p.init && !drop_init ? p.init[(static_cast<int64_t>(b_init) * p.H + h) * PN + i] : 0.f;
+  // seeded_short_no_decay: a seeded call inside one partial chunk carries its initial states undecayed.
+  const bool short_no_decay = mut == int(Mutation::seeded_short_no_decay) && p.init && p.T > 1 && p.T < p.Q;
   int seq_prev = 0;
   T* cs = static_cast<T*>(p.chunk_states);
   for (int c = 0; c < p.nchunks; ++c) {
@@ -187,7 +191,7 @@ __global__ void __launch_bounds__(256) state_passing_kernel(SsdParams p, int mut
     const int Qv = min(p.Q, p.T - c * p.Q);
     const int seq_end = p.seq_idx ? p.seq_idx[static_cast<int64_t>(b) * p.T + c * p.Q + Qv - 1] : 0;
     const float a_last = p.acum[((static_cast<int64_t>(b) * p.H + h) * p.nchunks + c) * p.Q + Qv - 1];
-    const float carry = seq_end == seq_prev ? expf(fminf(a_last, 0.f)) : 0.f;
+    const float carry = seq_end == seq_prev ? (short_no_decay ? 1.f : expf(fminf(a_last, 0.f))) : 0.f;
     s = carry * s + p.states[k];
     seq_prev = seq_end;
   }

@@ -45,6 +45,10 @@ enum class Mutation : int {
   init_dropped_b1,         // initial_states ignored when the batch holds one sequence (B = 1)
   state_from_chunk_start,  // chunk_state sums from the chunk start, not the last sequence's start
   offsets_i32,             // x / z / out element offsets computed in 32 bits (wrong past 2^31 elements)
+  // Relation-only (no L0 golden shows them; `assay verify --relations` does):
+  init_neighbour_odd_b,    // B odd and > 1: sequence b starts from the initial states of (b + 1) % B
+  seeded_short_no_decay,   // a seeded call of 2..Q-1 tokens (one partial chunk) hands on its initial
+                           // states in final_states without their decay over the call
 };
 
 enum class OutType : int { same, f32 };

@@ -6,13 +6,14 @@
   fp64 expected values; ``to_torch`` / ``to_jax``.
 - :mod:`assay.candidate`: ``write(path, golden, outputs)`` for ``assay compare``.
 - :func:`check`: run a kernel over an op's goldens and judge them with the C++ binary.
+- :mod:`assay.relations`: the relations that need no oracle (``check(..., relations=True)``).
 """
-from . import candidate, dtypes, errors, golden
+from . import candidate, dtypes, errors, golden, relations
 from .check import CheckReport, check
 from .errors import AssayError, NotSupported
 from .golden import Golden, OutputSpec
 from .golden import open  # noqa: A004 (assay.open is the documented entry point)
 
 __all__ = ["AssayError", "NotSupported", "CheckReport", "Golden", "OutputSpec", "candidate", "check", "dtypes", "errors", "golden",
-           "open"]
+           "open", "relations"]
 __version__ = "0.1.0"

@@ -50,6 +50,12 @@ def main(argv=None) -> int:
                    help="kill a kernel (or the --impl import) still running after this long: that case is Hung "
                         "(default 300; 0: no limit)")
     c.add_argument("--quiet", action="store_true", help="do not print the verdict table")
+    c.add_argument("--relations", action="append", default=None, metavar="FAMILY", nargs="?", const="all",
+                   help="also run the relations that need no oracle (batch, continuation, varlen, layout; repeatable; "
+                        "bare: all); the related runs call the kernel in this process")
+    c.add_argument("--batch-invariant", action="store_true", help="the batch relations hold bit for bit")
+    c.add_argument("--layout-offset", type=int, default=1 << 31, metavar="ELEMENTS",
+                   help="the layout relation's parents put element offsets at least this far (default 2^31)")
     i = sub.add_parser("inspect", help="print a golden's case fields, inputs and outputs")
     i.add_argument("golden")
     d = sub.add_parser("doctor", help="print the binary, fixtures and goldens a check will use; exit 1 if any is "
@@ -78,7 +84,9 @@ def main(argv=None) -> int:
         # The kernel as "module:function": imported and run in a child process, not here.
         rep = check(a.op, a.impl, cases=a.cases or "*", level=a.level, profile=a.profile, out=a.out,
                     golden_dir=a.golden_dir, html=html, assay_bin=a.assay_bin, quiet=a.quiet,
-                    timeout=a.timeout or None)
+                    timeout=a.timeout or None,
+                    relations=(True if "all" in (a.relations or []) else (a.relations or False)),
+                    batch_invariant=a.batch_invariant, layout_offset=a.layout_offset)
         return rep.exit_code
     except AssayError as e:
         print(f"assay: error: {e}", file=sys.stderr)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import _files, _worker
+from . import relations as _relations
 from .errors import AssayError
 
 __all__ = ["CheckReport", "check", "find_binary", "repo_root"]
@@ -232,9 +233,37 @@ def _run_isolated(spec: str, name, todo: list, profile, timeout) -> str:
     return name or spec
 
 
+def _relation_families(relations) -> tuple:
+    """``relations`` as a tuple of family names: False / None (none), True (all), or names."""
+    if relations is None or relations is False:
+        return ()
+    if relations is True:
+        return _relations.FAMILIES
+    fams = (relations,) if isinstance(relations, str) else tuple(relations)
+    bad = [f for f in fams if f not in _relations.FAMILIES]
+    if bad or not fams:
+        raise AssayError(f"relations {relations!r}: expected True or any of {', '.join(_relations.FAMILIES)}")
+    return fams
+
+
+def _run_relations(fn, todo: list, rdir: Path, families: tuple, batch_invariant: bool, layout_offset: int):
+    """Every planned relation check of every case whose own run left a candidate: one relation
+    candidate ``<rdir>/<case>@<check>.h5`` each (assay.relations.run_check)."""
+    from .golden import open as open_golden
+
+    for case, gpath, cand, _ in todo:
+        if not cand.is_file():
+            continue  # the case itself failed: its row says why
+        g = open_golden(gpath)
+        base = _relations.read_outputs(cand, g)
+        for c in _relations.plan(g, families, batch_invariant=batch_invariant, layout_offset=layout_offset):
+            _relations.run_check(fn, g, c, base, rdir / f"{case}@{c.name}.h5")
+
+
 def check(op: str, fn, cases="*", level: str = "L0", profile: str | None = None, out="build/check",
           golden_dir=None, html=True, assay_bin=None, quiet: bool = False, name=None, timeout=None,
-          isolate: bool = False) -> CheckReport:
+          isolate: bool = False, relations=False, batch_invariant: bool = False,
+          layout_offset: int = 1 << 31) -> CheckReport:
     """Runs ``fn(golden)`` on every golden of ``op`` whose case name matches ``cases`` (a glob or a
     list of globs) and judges the outputs with ``assay compare --golden-dir`` (one call).
 
@@ -256,6 +285,14 @@ def check(op: str, fn, cases="*", level: str = "L0", profile: str | None = None,
     ``timeout`` seconds (None: no limit; the import has the same limit) is killed with its process
     group and its case is Hung, and a fresh process runs the remaining cases.
 
+    ``relations``: also run the relations that need no oracle (``True``: all of ``batch``,
+    ``continuation``, ``varlen``, ``layout``; or a list of them; assay.relations): ``fn`` again on
+    cases derived from each golden's inputs (a sequence alone or in a larger batch, a chunked prefill
+    with the state handed over, each packed sequence alone, the inputs as strided views of wider
+    parents whose offsets pass ``layout_offset`` elements), one more report row ``<case>@<check>``
+    each, judged by the golden's tolerance (the batch checks bit for bit with
+    ``batch_invariant=True``). The related runs call ``fn`` in this process, isolated or not.
+
     Never raises for a failing kernel; AssayError for usage errors: an unknown op or level, no
     golden matching ``cases``, the binary missing, an output path that is not a regular file or is
     an input, an isolated kernel that cannot be imported, or the binary refusing the run (its
@@ -263,6 +300,9 @@ def check(op: str, fn, cases="*", level: str = "L0", profile: str | None = None,
     """
     if level not in LEVELS:
         raise AssayError(f"level '{level}': expected one of {', '.join(LEVELS)}")
+    families = _relation_families(relations)
+    if isinstance(layout_offset, bool) or not isinstance(layout_offset, int) or layout_offset < 0:
+        raise AssayError(f"layout_offset {layout_offset!r}: expected an integer >= 0 (elements)")
     spec = _impl_spec(fn, isolate)
     timeout = _timeout(timeout)
     if timeout is not None and spec is None:
@@ -302,17 +342,30 @@ def check(op: str, fn, cases="*", level: str = "L0", profile: str | None = None,
     for _, _, cand, err in todo:
         cand.unlink(missing_ok=True)
         err.unlink(missing_ok=True)
+    rdir = odir / "relations"
+    for case, _, _, _ in todo:  # an earlier run's relation candidates of these cases
+        for old in glob.glob(str(rdir / f"{glob.escape(case)}@*.h5")):
+            Path(old).unlink(missing_ok=True)
 
     if spec is None:
         name = name or _worker.fn_name(fn)
         _run_in_process(fn, name, todo, profile)
     else:
         name = _run_isolated(spec, name, todo, profile, timeout)
+    if families:
+        try:
+            rdir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise AssayError(f"out {out}: cannot create {rdir} ({e.strerror})") from None
+        _run_relations(fn if spec is None or callable(fn) else _worker.load_impl(spec), todo, rdir, families,
+                       batch_invariant, layout_offset)
 
     cmd = [binary, "compare", "--golden-dir", str(gdir), "--candidate-dir", str(cdir), *_case_args(cases),
            "--name", name, "--json-file", str(json_path), "--junit", str(junit_path), "--work-dir", str(odir / "repro")]
     if html_path is not None:
         cmd += ["--html", str(html_path)]
+    if families:
+        cmd += ["--relations-dir", str(rdir)]
     if profile:
         cmd += ["--profile", profile]
     p = subprocess.run(cmd, capture_output=True, text=True)

@@ -38,7 +38,7 @@ namespace {
 
 struct CompareOpts {
   std::string golden, candidate;
-  std::string golden_dir, candidate_dir, name, work_dir;
+  std::string golden_dir, candidate_dir, name, work_dir, relations_dir;
   std::vector<std::string> case_globs;
   std::vector<std::string> outputs;
   bool no_fixture_check = false;
@@ -58,6 +58,7 @@ void write_reports(const RunReport& r, const CompareOpts& o) {
 int run_compare_dirs(const CompareOpts& o, const Common& common) {
   if (!o.golden.empty() || !o.candidate.empty())
     throw InputError("compare: give GOLDEN CANDIDATE or --golden-dir with --candidate-dir, not both");
+  if (!o.relations_dir.empty() && o.golden_dir.empty()) throw InputError("compare: --relations-dir needs --golden-dir and --candidate-dir");
   if (o.golden_dir.empty() || o.candidate_dir.empty())
     throw InputError(fmt::format("compare: --{} needs --{}", o.golden_dir.empty() ? "candidate-dir" : "golden-dir",
                                  o.golden_dir.empty() ? "golden-dir" : "candidate-dir"));
@@ -69,6 +70,7 @@ int run_compare_dirs(const CompareOpts& o, const Common& common) {
   d.fixture_check = !o.no_fixture_check;
   d.work_dir = o.work_dir;
   d.name = o.name;
+  d.relations_dir = o.relations_dir;
   d.how = CandidateJudging{o.profile, o.outputs, o.atol, o.rtol};
   RunReport r = compare_dirs(d);
   r.assay_version = ASSAY_VERSION;
@@ -177,6 +179,10 @@ void add_compare(CLI::App& app, Common& common, int& rc) {
   // One value per flag (repeat the flag), so that the positionals after it stay positionals.
   s->add_option("--case", o->case_globs, "With --golden-dir: only cases whose name matches (glob; repeatable)")
       ->type_size(1)->allow_extra_args(false);
+  s->add_option("--relations-dir", o->relations_dir,
+                "With --golden-dir: relation candidates <op>/<case>@<check>.h5 here (assay.check(..., relations=True)), "
+                "each judged against its case's candidate: one more row each")
+      ->check(CLI::ExistingDirectory);
   s->add_option("--name", o->name, "With --golden-dir: the name of the kernel in the reports (default: the candidate directory's)");
   s->add_option("--work-dir", o->work_dir,
                 "Repro bundles of Incorrect cases (default with --golden-dir: <candidate-dir>/../repro; single pair: none)");

@@ -49,8 +49,13 @@ int run_verify_cli(VerifyCli& v, const Common& common) {
   if (v.list) {
     for (const auto& p : v.o.plugins) kernels::load_plugin(p);
     for (const auto* k : kernels::all_kernels())
-      fmt::print("{:<28} op {:<14} {:<16} {}  [{}]\n", k->name, k->op, k->deterministic ? "deterministic" : "nondeterministic",
-                 k->description, k->source);
+    {
+      std::string rels;
+      for (const auto& r : k->relations) rels += (rels.empty() ? "" : ",") + r;
+      if (k->batch_invariant) rels += " (batch-invariant)";
+      fmt::print("{:<28} op {:<14} {:<16} {}  [{}]{}\n", k->name, k->op, k->deterministic ? "deterministic" : "nondeterministic",
+                 k->description, k->source, rels.empty() ? "" : "  relations: " + rels);
+    }
     return kExitPass;
   }
   RunReport r = run_verify(v.o);
@@ -89,6 +94,8 @@ void add_run_options(CLI::App* s, VerifyCli& v, Common& common) {
   s->add_option("--junit", v.junit_file, "Also write a JUnit XML report to this file");
   s->add_option("--html", v.html_file, "Also write a self-contained HTML report with error plots to this file");
   s->add_flag("-v,--verbose", o.verbose, "Progress on stderr and every tensor's metrics");
+  s->add_flag("--relations", o.relations,
+              "Also run each kernel's declared relations (batch, continuation, varlen): one row per check, <case>@<check>");
 }
 
 void add_verify(CLI::App& app, Common& common, int& rc) {
@@ -107,6 +114,7 @@ void add_verify(CLI::App& app, Common& common, int& rc) {
   ws->add_option("--out", w->out_dir);
   ws->add_option("--plugin", w->plugins);
   ws->add_option("--runs", w->runs);
+  ws->add_flag("--relations", w->relations);
   ws->add_flag("--probe", w->probe);
   ws->callback([w, &rc] { rc = worker::worker_main(*w); });
 }

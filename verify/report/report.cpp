@@ -117,6 +117,7 @@ nlohmann::json to_json(const RunReport& r) {
                       {"golden", c.golden}, {"deterministic", c.deterministic}, {"profile", c.profile},
                       {"verdict", verdict_name(c.verdict)},
                       {"reason", c.reason}, {"findings", c.findings}, {"kernel_ms", c.kernel_ms}, {"wall_s", c.wall_s}};
+    if (!c.relation.empty()) cj["relation"] = c.relation;
     if (!c.log_tail.empty()) cj["log_tail"] = c.log_tail;
     if (!c.repro.empty()) cj["repro"] = c.repro;
     if (!c.sanitizer_summary.empty()) cj["sanitizer"] = c.sanitizer_summary;

@@ -26,6 +26,8 @@ struct CaseResult {
   std::string repro;     // repro bundle path (Incorrect)
   std::string candidate;  // the worker's candidate file, when it was judged (kept with the work dir)
   std::string sanitizer_summary;
+  // A relation check's row (verify/run/relations.h; case_name is "<case>@<relation>"), else "".
+  std::string relation;
 };
 
 struct RunReport {

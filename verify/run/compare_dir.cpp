@@ -14,6 +14,7 @@
 #include "verify/run/runner_internal.h"
 #include "verify/io/safe_files.h"
 #include "verify/io/stale.h"
+#include "verify/run/relations.h"
 
 namespace assay {
 namespace fs = std::filesystem;
@@ -195,17 +196,60 @@ RunReport compare_dirs(const CompareDirOptions& o) {
       // A profile the op does not declare is a usage error of the whole run, not one case's.
       if (!o.how.profile.empty()) pol->require_profile(g->prov.op, o.how.profile, "--profile");
     }
+    bool base_read = false;
     try {
       h5::probe_in_child(cand.string(), [&] { (void)judge_candidate(*g, *pol, h5::File::open_read(cand.string()), o.how); });
       const auto res = judge_candidate(*g, *pol, h5::File::open_read(cand.string()), o.how);
       auto r = case_result(*g, res, kernel, gp.string(), repro_dir);
       r.kernel_source = cr.kernel_source;
       cr = std::move(r);
+      base_read = true;
     } catch (const std::exception& e) {
       cr.verdict = Verdict::Failed;
       cr.reason = std::string("bad candidate: ") + e.what();
     }
+    const CaseResult base_row = cr;
     done();
+    // The case's relation candidates (assay.check(..., relations=True)), in name order.
+    const fs::path rdir = o.relations_dir.empty() ? fs::path() : fs::path(o.relations_dir) / rel.parent_path();
+    std::vector<fs::path> rels;
+    if (!o.relations_dir.empty() && fs::is_directory(rdir, ec))
+      for (const auto& e : fs::directory_iterator(rdir, fs::directory_options::skip_permission_denied, ec)) {
+        const std::string fn = e.path().filename().string();
+        if (e.path().extension() == ".h5" && fn.rfind(case_name + "@", 0) == 0) rels.push_back(e.path());
+      }
+    std::sort(rels.begin(), rels.end());
+    for (const auto& rp : rels) {
+      CaseResult rr;
+      rr.kernel = base_row.kernel;
+      rr.kernel_source = base_row.kernel_source;
+      rr.op = base_row.op;
+      rr.golden = base_row.golden;
+      rr.profile = base_row.profile;
+      rr.case_name = rp.stem().string();
+      rr.relation = rr.case_name.substr(case_name.size() + 1);
+      rr.candidate = rp.string();
+      const auto tr = Clock::now();
+      if (!base_read) {
+        rr.verdict = Verdict::NotRun;
+        rr.reason = fmt::format("relation {}: the case's own candidate could not be judged", rr.relation);
+      } else {
+        try {
+          const auto rst = fs::symlink_status(rp, ec);
+          if (!fs::is_regular_file(rst)) throw InputError(fmt::format("{}: not a regular file", rp.string()));
+          h5::probe_in_child(rp.string(), [&] { (void)h5::File::open_read(rp.string()); });
+          const auto rf = h5::File::open_read(rp.string());
+          const auto v = relations::judge_relation_file(*g, *pol, rr.profile, h5::File::open_read(cand.string()), rf);
+          rr.verdict = v.verdict;
+          rr.reason = v.reason;
+        } catch (const std::exception& e) {
+          rr.verdict = Verdict::Failed;
+          rr.reason = std::string("bad relation candidate: ") + e.what();
+        }
+      }
+      rr.wall_s = std::chrono::duration<double>(Clock::now() - tr).count();
+      rep.cases.push_back(std::move(rr));
+    }
   }
   // A candidate no golden asked for is most often a misspelt case name: say so (it is not judged).
   for (auto it = fs::recursive_directory_iterator(o.candidate_dir, fs::directory_options::skip_permission_denied);

@@ -35,6 +35,9 @@ struct CompareDirOptions {
   bool fixture_check = true;
   std::string work_dir;                 // repro bundles; empty: <candidate_dir>/../repro
   std::string name;                     // the "kernel" column; empty: the candidate directory's name
+  // Relation candidates (verify/run/relations.h judge_relation_file): <dir>/<same relative folder>/
+  // <case>@<check>.h5, each judged against the case's candidate as a row "<case>@<check>".
+  std::string relations_dir;
   CandidateJudging how;
 };
 

@@ -208,6 +208,8 @@ RunReport run_verify(const VerifyOptions& o) {
                           it.kernel->name, std::string("--out"), dir, std::string("--runs"), std::to_string(o.runs)})
       argv.push_back(a);
     for (const auto& p : o.plugins) argv.push_back("--plugin"), argv.push_back(p);
+    const bool rel = o.relations && !it.kernel->relations.empty();
+    if (rel) argv.push_back("--relations");
     const auto p = run_process(argv, o.timeout_s, dir + "/worker.log");
     const std::string log = slurp(dir + "/worker.log");
     auto w = classify_worker(p, slurp(dir + "/result.json"), log, o.timeout_s, o.sanitizer_tool);
@@ -229,7 +231,26 @@ RunReport run_verify(const VerifyOptions& o) {
       cr.verdict = Verdict::Failed;
       cr.reason = std::string("reading the worker's candidate: ") + e.what();
     }
+    std::vector<CaseResult> rel_rows;
+    if (rel) {
+      try {
+        rel_rows = runner_detail::judge_relations(cr, *g, *it.kernel, cr.candidate, policy);
+      } catch (const std::exception& e) {
+        CaseResult rr = cr;
+        rr.case_name += "@relations";
+        rr.relation = "relations";
+        rr.tensors.clear();
+        rr.findings.clear();
+        rr.verdict = Verdict::Failed;
+        rr.reason = std::string("judging the relations: ") + e.what();
+        rel_rows.push_back(std::move(rr));
+      }
+    }
     done();
+    for (auto& rr : rel_rows) {
+      if (o.verbose) fmt::print(stderr, "       {:<12} {} {}/{}\n", verdict_name(rr.verdict), rr.kernel, rr.op, rr.case_name);
+      rep.cases.push_back(std::move(rr));
+    }
   }
   rep.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
   const bool keep = o.keep || !o.work_dir.empty() || rep.count(Verdict::Incorrect) || rep.count(Verdict::Failed) ||

@@ -63,6 +63,9 @@ struct VerifyOptions {
   std::string sanitizer_tool;  // "" = plain verify
   std::string sanitizer_exe = "compute-sanitizer";
   bool verbose = false;
+  // Also run each kernel's declared relations (KernelDef::relations, verify/run/relations.h): one
+  // more row per check, "<case>@<check>".
+  bool relations = false;
 };
 
 // Runs everything; never throws for a per-case problem (it becomes that case's verdict). Throws

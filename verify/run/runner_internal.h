@@ -28,4 +28,9 @@ void write_repro(const std::string& path, const Golden& g, const std::string& ke
 void judge(CaseResult& cr, const Golden& g, const kernels::KernelDef& k, const std::string& cand_path, int runs,
            const TolerancePolicy& policy, const std::string& repro_dir);
 
+// runner_judge.cpp: the relation rows of a case whose worker ran with --relations (verify/run/relations.h):
+// one CaseResult per planned check, named "<case>@<check>", judged from the candidate's /relations.
+std::vector<CaseResult> judge_relations(const CaseResult& base, const Golden& g, const kernels::KernelDef& k,
+                                        const std::string& cand_path, const TolerancePolicy& policy);
+
 }  // namespace assay::runner_detail

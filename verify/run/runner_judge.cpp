@@ -10,6 +10,7 @@
 #include "verify/judge/candidate.h"
 #include "verify/run/compare_dir.h"
 #include "verify/io/h5.h"
+#include "verify/run/relations.h"
 #include "verify/run/runner_internal.h"
 #include "verify/run/sanitize.h"
 #include "verify/run/worker.h"
@@ -170,6 +171,44 @@ void judge(CaseResult& cr, const Golden& g, const kernels::KernelDef& k, const s
       cr.repro.clear();
     }
   }
+}
+
+std::vector<CaseResult> judge_relations(const CaseResult& base, const Golden& g, const kernels::KernelDef& k,
+                                        const std::string& cand_path, const TolerancePolicy& policy) {
+  std::vector<CaseResult> rows;
+  const auto checks = relations::plan_checks(g, k.relations, k.batch_invariant);
+  if (checks.empty()) return rows;
+  const auto f = h5::File::open_read(cand_path);
+  std::vector<std::vector<uint64_t>> base_codes;
+  for (const auto& o : g.outputs) base_codes.push_back(read_codes(f, "/outputs/" + o.expected.name, o.expected));
+  for (const auto& c : checks) {
+    CaseResult r;
+    r.kernel = base.kernel;
+    r.kernel_source = base.kernel_source;
+    r.op = base.op;
+    r.case_name = base.case_name + "@" + c.name;
+    r.relation = c.name;
+    r.golden = base.golden;
+    r.deterministic = base.deterministic;
+    r.profile = base.profile;
+    r.candidate = cand_path;
+    relations::Executed e;
+    if (c.not_applicable.empty()) {
+      try {
+        e = relations::read_executed(f, g, c);
+      } catch (const std::exception& ex) {
+        r.verdict = Verdict::Failed;
+        r.reason = fmt::format("relation {}: {}", c.name, ex.what());
+        rows.push_back(std::move(r));
+        continue;
+      }
+    }
+    const auto v = relations::judge_check(c, g, policy, k.profile, base_codes, e);
+    r.verdict = v.verdict;
+    r.reason = v.reason;
+    rows.push_back(std::move(r));
+  }
+  return rows;
 }
 
 }  // namespace runner_detail

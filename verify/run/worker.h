@@ -58,6 +58,7 @@ struct WorkerArgs {
   std::string golden, kernel, out_dir;
   std::vector<std::string> plugins;
   int runs = 2;
+  bool relations = false;  // also run the kernel's declared relations (verify/run/relations.h)
   bool probe = false;  // print the device description (JSON) and exit: 0, or 125 without a device
 };
 

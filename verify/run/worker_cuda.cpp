@@ -17,6 +17,7 @@
 #include "reference/core/check.h"
 #include "verify/io/golden.h"
 #include "verify/run/kernel_case.h"
+#include "verify/run/relations.h"
 #include "verify/io/h5.h"
 #include "verify/run/worker.h"
 
@@ -258,6 +259,100 @@ int worker_main(const WorkerArgs& a) {
     }
   }
 
+  // Relations (verify/run/relations.h): the kernel again on cases derived from the golden's inputs,
+  // each related run once, its outputs poisoned like the case's own.
+  std::vector<relations::Check> checks;
+  std::vector<relations::Executed> executed;
+  if (a.relations && !k->relations.empty()) {
+    try {
+      checks = relations::plan_checks(g, k->relations, k->batch_invariant);
+    } catch (const std::exception& e) {
+      return fail("input_error", std::string("planning the relations: ") + e.what(), kExitInput);
+    }
+    const relations::RunFn run = [&](const kernels::KernelCase& rkc, const std::vector<Tensor>& ins,
+                                     std::map<std::string, std::vector<uint64_t>>& codes) -> std::string {
+      kernels::LaunchContext rc;
+      rc.kcase = &rkc;
+      rc.params = rkc.fields;
+      rc.stream = stream;
+      std::vector<void*> bufs;
+      auto release = [&] {
+        cudaDeviceSynchronize();
+        for (void* b : bufs) cudaFree(b);
+      };
+      for (const auto& t : ins) {
+        const size_t eb = static_cast<size_t>(info(t.dtype).storage_bytes);
+        std::vector<uint8_t> h(t.data.size() * eb);
+        for (size_t i = 0; i < t.data.size(); ++i) {
+          const uint64_t c = encode(t.dtype, t.data[i]);
+          std::memcpy(h.data() + i * eb, &c, eb);
+        }
+        void* d = nullptr;
+        if (cudaError_t e = cudaMalloc(&d, std::max<size_t>(h.size(), 1)); e != cudaSuccess) {
+          release();
+          return cuda_msg("cudaMalloc (relation input)", e);
+        }
+        bufs.push_back(d);
+        if (cudaError_t e = upload(d, h.data(), h.size()); e != cudaSuccess) {
+          release();
+          return cuda_msg("upload (relation input)", e);
+        }
+        rc.inputs.push_back({t.name, t.axes, t.shape, t.dtype, d});
+      }
+      for (const auto& o : rkc.outputs) {
+        const size_t eb = static_cast<size_t>(info(o.dtype).storage_bytes), n = static_cast<size_t>(o.numel());
+        std::vector<uint8_t> h(n * eb);
+        fill_code(h.data(), n, eb, poison_code(o.dtype, 0));
+        void* d = nullptr;
+        if (cudaError_t e = cudaMalloc(&d, std::max<size_t>(h.size(), 1)); e != cudaSuccess) {
+          release();
+          return cuda_msg("cudaMalloc (relation output)", e);
+        }
+        bufs.push_back(d);
+        if (cudaError_t e = upload(d, h.data(), h.size()); e != cudaSuccess) {
+          release();
+          return cuda_msg("upload (relation poison)", e);
+        }
+        rc.outputs.push_back({o.name, o.axes, o.shape, o.dtype, d});
+      }
+      std::string err;
+      try {
+        err = k->launch(rc);
+      } catch (const std::exception& e) {
+        err = std::string("launch threw: ") + e.what();
+      }
+      if (err.empty())
+        if (cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess) err = cuda_msg("after the kernel", e);
+      if (err.empty())
+        if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) err = cuda_msg("after the kernel", e);
+      for (size_t i = 0; err.empty() && i < rc.outputs.size(); ++i) {
+        const auto& o = rc.outputs[i];
+        const size_t eb = static_cast<size_t>(info(o.dtype).storage_bytes), n = static_cast<size_t>(o.numel());
+        std::vector<uint8_t> h(n * eb);
+        if (cudaError_t e = cudaMemcpy(h.data(), o.data, h.size(), cudaMemcpyDeviceToHost); e != cudaSuccess) {
+          err = cuda_msg("cudaMemcpy (relation download)", e);
+          break;
+        }
+        codes[o.name] = unpack_codes(h.data(), n, eb);
+      }
+      release();
+      return err;
+    };
+    const relations::SupportFn support = [&](const kernels::KernelCase& rkc) {
+      return k->can_implement ? k->can_implement(rkc) : kernels::Support{};
+    };
+    for (const auto& c : checks) {
+      if (!c.not_applicable.empty()) {
+        executed.emplace_back();
+        continue;
+      }
+      executed.push_back(relations::execute_check(c, g, support, run));
+      // A sticky CUDA error ends the worker: the case is Failed, like a failed launch of its own.
+      if (executed.back().status == "error" && cudaGetLastError() != cudaSuccess)
+        return fail("cuda_error", fmt::format("relation {}: {}", c.name, executed.back().message), kExitCuda);
+    }
+  }
+
   if (!a.out_dir.empty()) {
     try {
       auto f = h5::File::create(a.out_dir + "/candidate.h5");
@@ -283,6 +378,7 @@ int worker_main(const WorkerArgs& a) {
           f.set_attr(ds, "dtype", std::string(name(e.dtype)));
         }
       }
+      relations::write_executed(f, g, checks, executed);
       f.set_attr("/", "kernel", k->name);
       f.set_attr("/", "golden", a.golden);
       f.close();

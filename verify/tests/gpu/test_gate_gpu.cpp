@@ -10,6 +10,11 @@
 //                                      <op>_mutant_*) is rejected (Incorrect or Failed) on at least
 //                                      one L0 golden (or, for a defect that is a sanitizer's to
 //                                      find, under that sanitizer: tool_for)
+//         relations-<op>               `verify --relations` over every built-in kernel of <op>: every
+//                                      case and relation row Passed or NotSupported (no false alarm),
+//                                      each kernel passing >= 1 relation row; then every relation-only
+//                                      mutant of <op> (relation_mutants below): no plain L0 case rejects
+//                                      it, and the relation named for it does
 //         sanitize-kernels-<tool>      every built-in quant / optim / ssd / gated_delta / mamba3 kernel on all its L0 cases and
 //                                      the attention kernels on a reduced set: 0 sanitizer errors
 //
@@ -185,7 +190,15 @@ int main(int argc, char** argv) {
     // Mutants whose defect needs a tensor past 2^31 elements: no L0 golden is that large, and a
     // dedicated GPU test rejects each (CTest name given).
     const std::map<std::string, std::string> large_only{{"ssd_mutant_offsets_i32", "gpu.ssd.large_2e31_offsets_i32_rejected"}};
+    // Mutants that only a relation shows (no L0 golden does): relations-<op> checks each.
+    const std::map<std::string, std::string> relation_only{{"ssd_mutant_init_neighbour_odd_b", "gpu.relations.ssd"},
+                                                           {"ssd_mutant_seeded_short_no_decay", "gpu.relations.ssd"}};
     for (const auto& [k, n] : ran) {
+      if (const auto l = relation_only.find(k); l != relation_only.end()) {
+        fmt::print(stderr, "  {}: ran {} L0 cases, rejected by {} (relation-only: {})\n", k, n, rejected[k].size(), l->second);
+        EXPECT(rejected[k].empty(), "{} is rejected by a plain L0 golden: not relation-only", k);
+        continue;
+      }
       if (const auto l = large_only.find(k); l != large_only.end()) {
         fmt::print(stderr, "  {}: ran {} L0 cases (needs a tensor past 2^31 elements: {})\n", k, n, l->second);
         continue;
@@ -207,6 +220,48 @@ int main(int argc, char** argv) {
       fmt::print(stderr, "    {}: Failed on {} case(s)\n", tool->second, failed);
     }
     EXPECT(r.code == 1, "exit code {} (want 1)", r.code);
+    fmt::print(stderr, "{}: {} failures\n", mode, g_failures);
+    return g_failures ? 1 : 0;
+  }
+  if (mode.rfind("relations-", 0) == 0) {
+    const std::string op = mode.substr(10);
+    r = assay(exe, fmt::format("verify {} --op {} --relations", common, op));
+    if (skip_if_no_gpu(r)) return 125;
+    expect_clean_run(r);
+    std::map<std::string, int> rel_passed;
+    if (r.j.is_object() && r.j.contains("cases"))
+      for (const auto& c : r.j["cases"])
+        if (c.contains("relation")) rel_passed[c.value("kernel", std::string())] += c.value("verdict", std::string()) == "Passed";
+    for (const auto& [k, n] : rel_passed) {
+      fmt::print(stderr, "  {}: {} relation rows passed\n", k, n);
+      EXPECT(n > 0, "{} passes no relation row", k);
+    }
+    EXPECT(!rel_passed.empty(), "no relation row in the report");
+    // Relation-only mutants: the relation that must catch each one.
+    const std::map<std::string, std::map<std::string, std::string>> relation_mutants{
+        {"ssd", {{"ssd_mutant_init_neighbour_odd_b", "batch.extended"}, {"ssd_mutant_seeded_short_no_decay", "continuation"}}}};
+    if (const auto it = relation_mutants.find(op); it != relation_mutants.end())
+      for (const auto& [k, rel] : it->second) {
+        const Run m = assay(exe, fmt::format("verify {} --op {} --relations --plugin {}/libassay_{}_mutants.so --kernel {}", common, op,
+                                             plugin_dir, op, k));
+        int plain_rejected = 0, caught = 0;
+        if (m.j.is_object() && m.j.contains("cases"))
+          for (const auto& c : m.j["cases"]) {
+            const auto v = c.value("verdict", std::string());
+            const bool bad = v == "Incorrect" || v == "Failed";
+            if (!c.contains("relation")) {
+              plain_rejected += bad;
+              if (bad) fmt::print(stderr, "    plain {}: {} {}\n", c.value("case", std::string()), v, c.value("reason", std::string()));
+            } else if (bad && c.value("relation", std::string()) == rel) {
+              ++caught;
+              fmt::print(stderr, "    {}: {}\n", c.value("case", std::string()), c.value("reason", std::string()));
+            }
+          }
+        fmt::print(stderr, "  {}: rejected by {} plain L0 cases, caught by {} on {} cases\n", k, plain_rejected, rel, caught);
+        EXPECT(plain_rejected == 0, "{} is rejected by a plain L0 case: not a relation-only mutant", k);
+        EXPECT(caught > 0, "{} was not caught by {}", k, rel);
+        EXPECT(m.code == 1, "{}: exit code {} (want 1)", k, m.code);
+      }
     fmt::print(stderr, "{}: {} failures\n", mode, g_failures);
     return g_failures ? 1 : 0;
   }
