@@ -356,6 +356,9 @@ def plan(g, families=FAMILIES, batch_invariant: bool = False, layout_offset: int
         for c in out[n0:]:
             if g.case.get("backward") and not c.not_applicable:
                 c.not_applicable = "a backward case: relations check forward outputs"
+            if getattr(g, "sample", None) is not None and not c.not_applicable:
+                c.not_applicable = ("a sampled golden: relations judge whole outputs element by element, and it keeps "
+                                    "only some (golden/SCHEMA.md \"Sampled outputs\")")
             if c.not_applicable:
                 c.runs = []
     return out

@@ -403,6 +403,10 @@ std::vector<Check> plan_checks(const Golden& g, const std::vector<std::string>& 
     for (size_t i = first; i < out.size(); ++i) {
       if (!s && out[i].not_applicable.empty()) out[i].not_applicable = fmt::format("op {} declares no relations", g.prov.op);
       if (backward && out[i].not_applicable.empty()) out[i].not_applicable = "a backward case: relations check forward outputs";
+      if (!g.sample.empty() && out[i].not_applicable.empty())
+        out[i].not_applicable =
+            "a sampled golden: relations judge whole outputs element by element, and it keeps only some (golden/SCHEMA.md "
+            "\"Sampled outputs\")";
       if (!out[i].not_applicable.empty()) out[i].runs.clear();
     }
   }

@@ -117,7 +117,9 @@ int worker_main(const WorkerArgs& a) {
     for (const auto& p : a.plugins) kernels::load_plugin(p);
     k = kernels::find_kernel(a.kernel);
     if (!k) return fail("input_error", fmt::format("unknown kernel '{}'", a.kernel), kExitInput);
-    g = read_golden(a.golden, false);  // recipe inputs: codes made below, never fp64 values of the whole
+    // Recipe inputs: codes made below, never fp64 values of the whole; the relations derive their
+    // inputs from the values, so with --relations they are regenerated whole.
+    g = read_golden(a.golden, a.relations);
   } catch (const std::exception& e) {
     return fail("input_error", e.what(), kExitInput);
   }

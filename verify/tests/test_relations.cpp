@@ -375,3 +375,17 @@ TEST_CASE("the worker's record of the checks reads back in the runner as one row
   CHECK(rows[0].reason.find("/relations/batch.alone: missing") != std::string::npos);
   fs::remove(path);
 }
+
+TEST_CASE("a sampled golden plans no relation runs, each check saying why") {
+  Golden g = golden("ssd", "t65_q64_init");
+  g.sample = default_sample(2, 4, 65, 8);  // as a sampled golden of the same case would carry
+  const auto checks = relations::plan_checks(g, {"batch", "continuation", "varlen"}, false);
+  REQUIRE(!checks.empty());
+  for (const auto& c : checks) {
+    INFO(c.name);
+    CHECK(c.runs.empty());
+    // varlen is not applicable for its own reason first (this case is not packed)
+    if (c.family != "varlen") CHECK_THAT(c.not_applicable, assay_test::Contains("a sampled golden"));
+    else CHECK(!c.not_applicable.empty());
+  }
+}
