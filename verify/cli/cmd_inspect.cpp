@@ -173,7 +173,8 @@ void add_inspect(CLI::App& app, Common& common, int& rc) {
     nlohmann::json all = nlohmann::json::array();
     std::vector<std::string> stale;  // inputs regenerated from recipes that no longer hash as recorded
     for (const auto& f : *files) {
-      const auto g = read_golden(f);
+      // Only --decode writes the inputs' values; a listing hashes recipe inputs a block at a time.
+      const auto g = read_golden(f, !decode->empty());
       if (!g.recipe_stale.empty()) stale.push_back(g.recipe_stale);
       if (!decode->empty()) {
         if (!g.recipe_stale.empty()) throw InputError(g.recipe_stale);  // never decode a Stale input
