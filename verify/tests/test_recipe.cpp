@@ -268,6 +268,7 @@ TEST_CASE("realize_at, recipe_hash and recipe_codes: the same bits, hash and cod
   u.dist.scale = 0.5;
   rs.push_back(u);
   rs.push_back({"op/case/i", 12, gen::Dist::integer(-5, 5), DType::i32, {1000}});
+  rs.push_back({"op/case/s", 13, gen::Dist::l2norm(), DType::f32, {}});  // a scalar: no row to normalise
   for (const auto& r : rs) {
     INFO(r.stream);
     const auto whole = gen::realize(r, "t", fail);
@@ -281,7 +282,7 @@ TEST_CASE("realize_at, recipe_hash and recipe_codes: the same bits, hash and cod
     int64_t differ = 0;
     for (size_t i = 0; i < v.size(); ++i) differ += std::memcmp(&v[i], &whole[i], sizeof(double)) != 0;
     CHECK(differ == 0);
-    const int64_t row = r.shape.back();
+    const int64_t row = r.shape.empty() ? 1 : r.shape.back();
     std::vector<int64_t> some;
     for (int64_t r0 = 0; r0 + row <= static_cast<int64_t>(whole.size()); r0 += 7 * row)
       for (int64_t j = 0; j < row; ++j) some.push_back(r0 + j);

@@ -48,6 +48,23 @@ Twin twin(const std::string& op, const std::string& body, const std::string& sam
   return {gen::generate_case(*d, fa.cases.at(0)), gen::generate_case(*d, fb.cases.at(0))};
 }
 
+// The sampled twin as the ssd golden `gen` would write (case "twin", seed 7).
+Golden sampled_golden(const Twin& t) {
+  Golden g;
+  g.prov.op = "ssd";
+  g.prov.case_name = "twin";
+  g.prov.level = "L0";
+  g.prov.case_toml = "[[case]]\nname = \"twin\"\nseed = 7\n";
+  g.prov.seed = 7;
+  g.inputs = t.sampled.inputs;
+  g.input_hashes = t.sampled.input_hashes;
+  g.outputs = t.sampled.result.outputs;
+  g.agreement = t.sampled.result.agreement;
+  g.single_form = t.sampled.result.single_form;
+  g.sample = t.sampled.sample;
+  return g;
+}
+
 void check_twin(const Twin& t) {
   REQUIRE(!t.sampled.sample.empty());
   CHECK(t.sampled.result.intermediates.empty());
@@ -132,18 +149,7 @@ TEST_CASE("a bad sample field is refused with the field named", "[cpu][L0]") {
 TEST_CASE("a sampled golden round-trips, is Stale when its sample is edited, and judges only the sampled elements",
           "[cpu][L0]") {
   const auto t = twin("ssd", "B = 2\nT = 20\nH = 2\nP = 4\nN = 8\nchunk_size = 8\n", "{ seqs = [1], heads = [1], tokens = 4 }");
-  Golden g;
-  g.prov.op = "ssd";
-  g.prov.case_name = "twin";
-  g.prov.level = "L0";
-  g.prov.case_toml = "[[case]]\nname = \"twin\"\nseed = 7\n";
-  g.prov.seed = 7;
-  g.inputs = t.sampled.inputs;
-  for (const auto& x : g.inputs) g.input_hashes.push_back(gen::input_hash(x));
-  g.outputs = t.sampled.result.outputs;
-  g.agreement = t.sampled.result.agreement;
-  g.single_form = t.sampled.result.single_form;
-  g.sample = t.sampled.sample;
+  const Golden g = sampled_golden(t);
   const auto dir = dir_for("rt");
   const auto path = (dir / "twin.h5").string();
   write_golden(path, g);
@@ -225,17 +231,7 @@ TEST_CASE("sampled mamba3 with inputs as recipes: DT, whose values make_inputs r
 TEST_CASE("a malformed sampled golden is an input error naming file and dataset, before anything big is allocated",
           "[cpu][L0]") {
   const auto t = twin("ssd", "B = 2\nT = 20\nH = 2\nP = 4\nN = 8\nchunk_size = 8\n", "{ seqs = [1], heads = [1], tokens = 4 }");
-  Golden g;
-  g.prov.op = "ssd";
-  g.prov.case_name = "twin";
-  g.prov.level = "L0";
-  g.prov.case_toml = "[[case]]\nname = \"twin\"\nseed = 7\n";
-  g.prov.seed = 7;
-  g.inputs = t.sampled.inputs;
-  for (const auto& x : g.inputs) g.input_hashes.push_back(gen::input_hash(x));
-  g.outputs = t.sampled.result.outputs;
-  g.agreement = t.sampled.result.agreement;
-  g.sample = t.sampled.sample;
+  const Golden g = sampled_golden(t);
   const auto dir = dir_for("bad");
   const auto path = (dir / "g.h5").string();
   write_golden(path, g);
