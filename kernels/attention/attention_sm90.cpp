@@ -41,11 +41,13 @@ namespace {
 
 KernelDef make_sm90() {
   KernelDef d = common::kernel_def("attention", "attention_sm90",
-      "Hopper forward (sm_90a; NOT YET PROVEN ON A GPU): TMA Q/K/V tiles, 2-stage mbarrier ring, producer warp group + "
+      "Hopper forward (sm_90a): TMA Q/K/V tiles, 2-stage mbarrier ring, producer warp group + "
       "2 consumer warp groups (wgmma m64n128k16 QK^T, PV with P from registers), softmax overlapped with the PV GEMM; "
       "128-row query tiles, 128-key tiles (64 at head dim > 128); D, Dv multiples of 8 up to 256; no paging; "
       "ignores num_splits");
   d.profile = "strict";  // fp32 scores / exp / row sums / accumulators, P rounded to the input dtype before PV
+  d.relations = {"batch"};   // verify/run/relations.h (no varlen relation for attention yet)
+  d.batch_invariant = true;  // one CTA per (query tile, batch, head); nothing in its arithmetic depends on B
   d.can_implement = sm90_supported;
   d.launch = [](LaunchContext& c) { return run_sm90(c, "attention_sm90", Sm90Mutation::none); };
   return d;
