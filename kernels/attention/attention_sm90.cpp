@@ -1,5 +1,5 @@
 // Registration of the Hopper attention forward (attention_sm90.cu) with the kernel registry:
-// attention_sm90. NOT YET PROVEN ON A GPU (see docs/ops/attention.md, "Kernels").
+// attention_sm90 (docs/ops/attention.md, "Kernels").
 //   q, k, v bf16|fp16 (dense, varlen or packed; not paged), sink fp32 [Hq] -> O (dtype of q), LSE fp32.
 // Tensors and conventions: attention_sm90.h / attention_params.h.
 #include <cuda_runtime.h>

@@ -15,7 +15,7 @@
 //                                     walk the splits to it (cases with num_splits > 1)
 //
 // GPU mutants of the Hopper kernel attention_sm90 (kernels/attention/attention_sm90.cu; bf16, padded
-// head dim 128 only; the kernel itself is not yet proven on a GPU), each the same kernel with one
+// head dim 128 only; their kills on an H200: docs/ops/attention.md), each the same kernel with one
 // planted defect of the TMA / mbarrier / wgmma machinery (template flag Sm90Mutation). The
 // kernel's KV tiles are 128 keys, its ring 2 stages:
 //   attention_mutant_sm90_kv_tile0       the producer's TMA key coordinate is the first tile's for
