@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """mamba_ssm's Triton SSD forward under the layout relation: the inputs as strided views of wide parents.
 
-    PYTHONPATH=python python3 examples/python/mamba_ssd_layout.py [--mamba-ssm DIR] [--large] [--out DIR]
+    PYTHONPATH=python python3 examples/python/mamba_ssd_layout.py [--mamba-ssm DIR] [--case GLOB] [--large]
+        [--layout-offset N] [--out DIR]
 
 The kernel under test is upstream's `mamba_ssm.ops.triton.ssd_combined.mamba_chunk_scan_combined`,
 called forward only, as a model calls it, with the tensors exactly as `g.to_torch("cuda")` hands them
@@ -24,6 +25,10 @@ same), and each `<case>@layout` row Passed if upstream computes the offsets in 6
 Incorrect (garbage dt read through a wrapped offset) or Failed (an illegal address: the CUDA context
 is then lost, and the rows after it fail too; run one case per process with --case to see each).
 Exit code: 0 when every row is Passed or NotSupported, else 1; the verdict table says which.
+
+Seen (H200, mamba_ssm 2.3.2.post1): every `@layout` row of a case with more than one chunk Failed
+(illegal memory access) at --layout-offset 2^31, L0 and --large alike, and Passed bitwise at 2^30
+and 0: the 32-bit chunk offset (docs/ops/ssd.md, "The layout relation on upstream").
 """
 import argparse
 import os
@@ -68,17 +73,19 @@ def main():
     ap.add_argument("--large", action="store_true", help="also the L2 golden l2_layout_t115866_h128")
     ap.add_argument("--case", action="append", default=None, help="only these L0 cases (glob, repeatable)")
     ap.add_argument("--out", default=os.path.join(REPO, "build", "check", "mamba_ssd_layout"))
+    ap.add_argument("--layout-offset", type=int, default=1 << 31,
+                    help="elements past which the last eighth of the rows start (default 2^31; 2^30 or 0 as controls)")
     a = ap.parse_args()
     from mamba_ssd_backward import load_mamba_chunk_scan_combined
 
     fn = make_fn(load_mamba_chunk_scan_combined(a.mamba_ssm))
     ok = True
     rep = assay.check("ssd", fn, cases=a.case or "*", out=os.path.join(a.out, "L0"), relations=["layout"],
-                      layout_offset=1 << 31, name="mamba_ssm.mamba_chunk_scan_combined")
+                      layout_offset=a.layout_offset, name="mamba_ssm.mamba_chunk_scan_combined")
     ok = ok and all(v in ("Passed", "NotSupported") for _, v, _ in rep.rows)
     if a.large:
         rep = assay.check("ssd", fn, cases="l2_layout_t115866_h128", level="L2", out=os.path.join(a.out, "L2"),
-                          relations=["layout"], layout_offset=1 << 31, name="mamba_ssm.mamba_chunk_scan_combined")
+                          relations=["layout"], layout_offset=a.layout_offset, name="mamba_ssm.mamba_chunk_scan_combined")
         ok = ok and all(v in ("Passed", "NotSupported") for _, v, _ in rep.rows)
     return 0 if ok else 1
 
