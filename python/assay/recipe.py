@@ -12,6 +12,7 @@
 """
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import json
 import os
@@ -656,17 +657,50 @@ def _special_positions(r: Recipe, n: int, rk):
     return out
 
 
-def generate_codes(r: Recipe, where: str = "", threads: int | None = None) -> np.ndarray:
+# A recipe of at least this many elements is made with torch on the GPU when torch can see one (and
+# device is not given): a GPU-sized input in a fraction of a second instead of many on the CPUs.
+AUTO_TORCH_MIN = 1 << 24
+
+
+def _device(device, r: Recipe, d: dtypes.DType, where: str):
+    """The torch device to make r's codes on, or None for numpy. device: None (auto: "cuda" when
+    torch is installed and sees a GPU and the input has at least AUTO_TORCH_MIN elements;
+    $ASSAY_RECIPE_DEVICE overrides it), "numpy", or a torch device ("cuda", "cuda:1", "cpu")."""
+    if device is None:
+        device = os.environ.get("ASSAY_RECIPE_DEVICE") or None
+    if device is None:
+        if r.numel < AUTO_TORCH_MIN or importlib.util.find_spec("torch") is None:
+            return None
+        import torch
+
+        if not torch.cuda.is_available():
+            return None
+        device = "cuda"
+    if str(device) == "numpy":
+        return None
+    try:
+        from . import _recipe_torch
+    except ImportError as e:
+        raise AssayError(f"{where}: device {device!r} needs torch ({e})") from None
+    return device if _recipe_torch.supports(r, d) else None
+
+
+def generate_codes(r: Recipe, where: str = "", threads: int | None = None, device=None) -> np.ndarray:
     """The storage codes (unsigned, ``shape``) of the input ``r`` describes, bit-identical to what
-    ``assay gen`` made. numpy releases the GIL in its loops, so chunks run on ``threads`` threads
-    (default: the CPUs this process may use, at most MAX_THREADS, or $ASSAY_RECIPE_THREADS), each
-    with its own preallocated buffers. AssayError naming ``where`` on a bad recipe."""
+    ``assay gen`` made. With numpy (releasing the GIL in its loops) blocks run on ``threads``
+    threads (default: the CPUs this process may use, at most MAX_THREADS, or $ASSAY_RECIPE_THREADS),
+    each with its own preallocated buffers; with torch (``device`` "cuda" or "cpu"; by default "cuda"
+    for a large input when torch sees a GPU, see _device) the same codes are made on that device.
+    An integer dtype whose values torch's conversion might not keep goes to numpy. AssayError
+    naming ``where`` on a bad recipe."""
     where = where or r.name or r.stream
     d = _check(r, where)
     n = r.numel
-    rk = _round_keys(stream_key(r.stream, r.seed))
+    key = stream_key(r.stream, r.seed)
+    rk = _round_keys(key)
     codes = np.empty(n, dtype=d.codes)  # written chunk by chunk: no fp64 copy of the whole tensor
     plan = _encode_plan(d)
+    dev = _device(device, r, d, where) if n and r.kind != "const" else None
     if n and r.kind == "const":
         x = np.array([r.a], dtype=np.float64)
         if r.scale != 1.0:
@@ -674,6 +708,10 @@ def generate_codes(r: Recipe, where: str = "", threads: int | None = None) -> np
         one = np.empty(1, d.codes)
         _encode(x, d, plan, one, _Work(1, 1))
         codes.fill(one[0])
+    elif n and dev is not None:
+        from . import _recipe_torch
+
+        _recipe_torch.fill_codes(r, d, key, codes, dev)
     elif n:
         block = BLOCK
         if r.kind == "l2norm" and r.shape and int(r.shape[-1]) > 0:

@@ -41,7 +41,7 @@ def recipe_from_case(case: dict, op: str, name: str, dtype: str, shape, seed: in
                     dtype=dtype, shape=tuple(shape), name=name)
 
 
-def compare_golden_inputs(path: str, threads: int = 2):
+def compare_golden_inputs(path: str, threads: int = 2, device: str = "numpy"):
     """(matched, mismatches, covered) for every input of a golden whose case gives dist.<name>."""
     matched, bad, covered = 0, [], set()
     with h5py.File(path, "r") as f:
@@ -55,7 +55,7 @@ def compare_golden_inputs(path: str, threads: int = 2):
                 continue
             dt = dtypes.get(_s(ds.attrs["dtype"]))
             r = recipe_from_case(case, op, n, dt.name, ds.shape, seed)
-            got = R.generate_codes(r, threads=threads)
+            got = R.generate_codes(r, threads=threads, device=device)
             want = ds[()].view(dt.codes)
             if np.array_equal(got, want):
                 matched += 1
@@ -81,12 +81,12 @@ def generated(tmp_path_factory, run_assay):
     return root
 
 
-def check_every_kind_and_dtype(golden_dir: Path, threads: int = 2):
+def check_every_kind_and_dtype(golden_dir: Path, threads: int = 2, device: str = "numpy"):
     goldens = sorted((golden_dir / "scaled_add").glob("*.h5"))
     assert len(goldens) == 8
     matched, bad, covered = 0, [], set()
     for g in goldens:
-        m, b, c = compare_golden_inputs(str(g), threads)
+        m, b, c = compare_golden_inputs(str(g), threads, device)
         matched, covered = matched + m, covered | c
         bad += b
     assert not bad, "\n".join(bad)
@@ -128,6 +128,16 @@ def generated_big(tmp_path_factory, run_assay):
 def test_python_regenerates_large_cpp_inputs_for_every_kind_and_dtype(generated_big, threads):
     assert (BIG["B"][1] * BIG["T"][1] * BIG["D"][1]) > R.TASK > 4 * R.BLOCK
     check_every_kind_and_dtype(generated_big, threads)
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_torch_regenerates_large_cpp_inputs_for_every_kind_and_dtype(generated_big, device):
+    """The torch path (assay._recipe_torch) makes the same codes as C++ (and so as numpy, checked
+    above on the same goldens): the three agree. CPU torch runs wherever torch imports."""
+    torch = pytest.importorskip("torch")
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("torch sees no CUDA device")
+    check_every_kind_and_dtype(generated_big, device=device)
 
 
 def test_polar_rejections_are_exercised(generated):
@@ -353,3 +363,15 @@ def test_thread_default(monkeypatch):
     assert R._threads() == 3
     r = R.Recipe(stream="t/x", seed=1, kind="normal", a=0.0, b=1.0, scale=1.0, dtype="bf16", shape=(3 * R.TASK + 5,))
     assert np.array_equal(R.generate_codes(r, threads=1), R.generate_codes(r))
+
+
+def test_device_choice(monkeypatch):
+    """numpy unless told, or unless the input is GPU-sized and torch sees a GPU."""
+    monkeypatch.delenv("ASSAY_RECIPE_DEVICE", raising=False)
+    d = dtypes.get("bf16")
+    small = R.Recipe(stream="t/x", seed=1, kind="normal", a=0.0, b=1.0, scale=1.0, dtype="bf16", shape=(1000,))
+    assert R._device(None, small, d, "x") is None
+    big = R.Recipe(**{**small.__dict__, "shape": (R.AUTO_TORCH_MIN,)})
+    assert R._device("numpy", big, d, "x") is None
+    monkeypatch.setenv("ASSAY_RECIPE_DEVICE", "numpy")
+    assert R._device(None, big, d, "x") is None
