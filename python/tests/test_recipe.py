@@ -2,7 +2,9 @@
 # checked against values goldens that build/bin/assay gen writes in a temp dir (every distribution
 # kind, every storage dtype a recipe may have), against the committed L0 goldens' inputs (the NaN
 # and Inf specials the fixtures use), and by the C++ reader itself (assay inspect regenerates a
-# recipe and checks it against the hash Python computed).
+# recipe and checks it against the hash Python computed); the same cases at 301,000 elements an
+# input, so that assay.recipe's blocks, tasks and threads all take part; and the fast path's pieces
+# (counters across 2^32, the integer-reduced log, the integer rounding) against plain statements.
 import shutil
 import tomllib
 from pathlib import Path
@@ -39,7 +41,7 @@ def recipe_from_case(case: dict, op: str, name: str, dtype: str, shape, seed: in
                     dtype=dtype, shape=tuple(shape), name=name)
 
 
-def compare_golden_inputs(path: str):
+def compare_golden_inputs(path: str, threads: int = 2, device: str = "numpy"):
     """(matched, mismatches, covered) for every input of a golden whose case gives dist.<name>."""
     matched, bad, covered = 0, [], set()
     with h5py.File(path, "r") as f:
@@ -53,7 +55,7 @@ def compare_golden_inputs(path: str):
                 continue
             dt = dtypes.get(_s(ds.attrs["dtype"]))
             r = recipe_from_case(case, op, n, dt.name, ds.shape, seed)
-            got = R.generate_codes(r, threads=2)
+            got = R.generate_codes(r, threads=threads, device=device)
             want = ds[()].view(dt.codes)
             if np.array_equal(got, want):
                 matched += 1
@@ -79,12 +81,12 @@ def generated(tmp_path_factory, run_assay):
     return root
 
 
-def test_python_regenerates_cpp_inputs_for_every_kind_and_dtype(generated):
-    goldens = sorted((generated / "values" / "golden" / "scaled_add").glob("*.h5"))
+def check_every_kind_and_dtype(golden_dir: Path, threads: int = 2, device: str = "numpy"):
+    goldens = sorted((golden_dir / "scaled_add").glob("*.h5"))
     assert len(goldens) == 8
     matched, bad, covered = 0, [], set()
     for g in goldens:
-        m, b, c = compare_golden_inputs(str(g))
+        m, b, c = compare_golden_inputs(str(g), threads, device)
         matched, covered = matched + m, covered | c
         bad += b
     assert not bad, "\n".join(bad)
@@ -95,6 +97,47 @@ def test_python_regenerates_cpp_inputs_for_every_kind_and_dtype(generated):
     assert dts == {"bf16", "fp16", "fp32", "fp64", "fp8e4m3", "fp8e5m2", "fp4e2m1", "int32", "int64", "int8", "uint8"}
     specials = {s for k, s in covered if k == "special"}
     assert specials == {"nan", "inf", "-inf", "zero", "-zero", "subnormal", "-subnormal", "max", "-max"}
+
+
+def test_python_regenerates_cpp_inputs_for_every_kind_and_dtype(generated):
+    check_every_kind_and_dtype(generated / "values" / "golden")
+
+
+# The same cases at 4 x 301 x 250 = 301,000 elements an input: many of assay.recipe's blocks
+# (recipe.BLOCK) and two of its tasks (recipe.TASK), so the polar method's rejected elements are
+# redone over a task and its last, batched passes run; l2norm rows of 250 split into blocks of whole rows.
+BIG = {"B": (2, 4), "T": (17, 301), "D": (24, 250)}
+
+
+@pytest.fixture(scope="module")
+def generated_big(tmp_path_factory, run_assay):
+    root = tmp_path_factory.mktemp("recipe_big")
+    text = CASES.read_text()
+    for k, (small, big) in BIG.items():
+        assert text.count(f"\n{k} = {small}\n") == 8
+        text = text.replace(f"\n{k} = {small}\n", f"\n{k} = {big}\n")
+    fx = root / "fixtures"
+    fx.mkdir()
+    (fx / "scaled_add.toml").write_text(text)
+    p = run_assay("gen", "--fixtures", fx, "--op", "scaled_add", "-q", "--out", root / "golden")
+    assert p.returncode == 0, p.stdout + p.stderr
+    return root / "golden"
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_python_regenerates_large_cpp_inputs_for_every_kind_and_dtype(generated_big, threads):
+    assert (BIG["B"][1] * BIG["T"][1] * BIG["D"][1]) > R.TASK > 4 * R.BLOCK
+    check_every_kind_and_dtype(generated_big, threads)
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_torch_regenerates_large_cpp_inputs_for_every_kind_and_dtype(generated_big, device):
+    """The torch path (assay._recipe_torch) makes the same codes as C++ (and so as numpy, checked
+    above on the same goldens): the three agree. CPU torch runs wherever torch imports."""
+    torch = pytest.importorskip("torch")
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("torch sees no CUDA device")
+    check_every_kind_and_dtype(generated_big, device=device)
 
 
 def test_polar_rejections_are_exercised(generated):
@@ -198,3 +241,137 @@ def test_philox_known_answers():
     assert [int(c[0]) for c in got] == [0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8]
     got = R.philox4x32_10(np.array([0x243F6A88], np.uint32), 0x85A308D3, 0x13198A2E, 0x03707344, (0xA4093822, 0x299F31D0))
     assert [int(c[0]) for c in got] == [0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1]
+
+
+# ---- the fast path's pieces against their plain statements ------------------------------------------
+
+def _polar_reference(key, idx):
+    """u, q of the accepted polar attempt per element, Philox called through philox4x32_10 (every
+    counter word an array) attempt by attempt."""
+    u, q, todo, attempt = np.empty(idx.size), np.empty(idx.size), np.arange(idx.size), 0
+    while todo.size:
+        i = idx[todo]
+        r = R.philox4x32_10((i & np.uint64(0xFFFFFFFF)).astype(np.uint32), (i >> np.uint64(32)).astype(np.uint32), attempt, 0, key)
+        uu, vv = 2.0 * R._u53(r[0], r[1]) - 1.0, 2.0 * R._u53(r[2], r[3]) - 1.0
+        qq = uu * uu + vv * vv
+        u[todo], q[todo] = uu, qq
+        todo = todo[~((qq > 0.0) & (qq < 1.0))]
+        attempt += 1
+    return u, q
+
+
+class _Window:
+    """codes[lo:hi] of a tensor whose elements from `base` on are held (a 2^32-element one is not)."""
+
+    def __init__(self, a, base):
+        self.a, self.base = a, base
+
+    def __getitem__(self, s):
+        return self.a[s.start - self.base:s.stop - self.base]
+
+
+@pytest.mark.parametrize("kind", ["normal", "uniform"])
+def test_indices_across_a_high_word_boundary(kind):
+    """Elements 2^32 - 3000 .. 2^32 + 2999: blocks whose high counter word changes inside them (the
+    fast path keeps it as an int where it is one value) agree with Philox called per element."""
+    key = R.stream_key("straddle/x", 5)
+    lo, n, block = 2**32 - 3000, 6000, 4096
+    r = R.Recipe(stream="straddle/x", seed=5, kind=kind, a=-1.0, b=1.0, scale=1.0, dtype="fp64", shape=(2**33,))
+    ws = R._Work(block, n)
+    codes = np.empty(n, np.uint64)
+    with np.errstate(all="ignore"):
+        R._task(r, dtypes.get("fp64"), R._encode_plan(dtypes.get("fp64")), lo, lo + n, block, R._round_keys(key), ws,
+                _Window(codes, lo))
+    idx = np.arange(lo, lo + n, dtype=np.uint64)
+    if kind == "normal":
+        u, q = _polar_reference(key, idx)
+        want = -1.0 + 1.0 * (u * np.sqrt(-2.0 * R.portable_log(q) / q))  # mean -1, std 1
+    else:
+        b = R._block(idx, 0, 0, key)
+        want = -1.0 + 2.0 * R._u53(b[0], b[1])
+    assert np.array_equal(codes, want.view(np.uint64))
+
+
+def test_fast_log_is_portable_log():
+    """_neg2log (integer frexp, -2 folded into the constants) is -2 * portable_log bit for bit on (0, 1):
+    random q, the sqrt(1/2) boundary of the reduction, powers of two, the smallest and largest q."""
+    c = 0.70710678118654752440
+    edges = [2.0**-104, 2.0**-53, 0.25, 0.5, 1.0 - 2.0**-53, c, np.nextafter(c, 0.0), np.nextafter(c, 1.0), c / 2,
+             np.nextafter(c / 2, 0.0), 2 * c - 1.0, 0.999, 1e-30]
+    rng = np.random.default_rng(3)
+    q = np.concatenate([edges, rng.random(200_000), rng.random(1000) ** 40])
+    q = q[(q > 0.0) & (q < 1.0)]
+    bufs = [np.empty(q.size) for _ in range(4)]
+    got = R._neg2log(q, *bufs)
+    assert np.array_equal(got.view(np.uint64), (-2.0 * R.portable_log(q)).view(np.uint64))
+
+
+def _round_reference(x, dname):
+    """round_to(dtype, x, satfinite) then the codes, the plain way: frexp, ldexp and rint for the
+    rounding (as reference/core/dtype.cpp states it), numpy and ml_dtypes casts for the codes."""
+    mant, emin, mx, _, nan_code = R._FLOAT[dname]
+    d = dtypes.get(dname)
+    with np.errstate(all="ignore"):
+        if dname != "fp64":
+            _, e = np.frexp(x)
+            quantum = np.ldexp(1.0, np.maximum(e - 1, emin) - mant)
+            r = np.rint(x / quantum) * quantum
+            x = np.where(np.abs(r) > mx, np.copysign(mx, x), r)
+        codes = x.astype(dtypes.storage(d)).view(d.codes).copy()
+    codes[np.isnan(x)] = nan_code
+    return codes
+
+
+@pytest.mark.parametrize("dname", NONFINITE_DTYPES)
+def test_encoder_matches_round_to(dname):
+    """The integer RNE encoder (and numpy's cast for fp32) against round_to's statement on the hard
+    values: every tie between neighbouring codes, the subnormal range, the smallest normal, past max
+    (saturated), +-Inf, NaN, +-0, and random values over many binades."""
+    d = dtypes.get(dname)
+    mant, emin, mx, _, _ = R._FLOAT[dname]
+    rng = np.random.default_rng(7)
+    vals = [rng.standard_normal(50_000) * 10.0 ** rng.uniform(-50, 45, 50_000), np.array([0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan, mx, -mx])]
+    if d.nbytes <= 2:  # every finite code, its value and the midpoints to its neighbours
+        allc = np.arange(2 ** d.bits, dtype=d.codes)
+        v = np.sort(np.unique(dtypes.to_float64(allc.view(dtypes.storage(d)))))
+        v = v[np.isfinite(v)]
+    elif dname == "fp32":  # random floats over every binade, subnormals included, and their ties
+        v32 = rng.integers(0, 0x7F7FFFFF, 100_000, dtype=np.uint32).view(np.float32)
+        v = np.sort(np.concatenate([v32, np.nextafter(v32, np.float32(np.inf))]).astype(np.float64))  # with each one's neighbour
+    if d.nbytes <= 4:
+        vals += [v, (v[:-1] + v[1:]) / 2, np.nextafter((v[:-1] + v[1:]) / 2, np.inf), np.nextafter((v[:-1] + v[1:]) / 2, -np.inf)]
+    tiny = 2.0**emin
+    for base in (tiny, mx, 2.0 ** (emin - mant)):
+        vals.append(np.array([base * f for f in (0.25, 0.5, 0.75, 1.0 - 2.0**-40, 1.0, 1.0 + 2.0**-40, 1.5, 2.0)]))
+    vals.append(np.array([mx + mx * 2.0 ** (-mant - 1), np.nextafter(mx + mx * 2.0 ** (-mant - 1), 0.0), 1e308, -1e308]))
+    x = np.concatenate(vals)
+    x = np.concatenate([x, -x])
+    want = _round_reference(x.copy(), dname)
+    ws = R._Work(x.size, 1)
+    got = np.empty(x.size, d.codes)
+    with np.errstate(all="ignore"):
+        R._encode(x.copy(), d, R._encode_plan(d), got, ws)
+    bad = np.flatnonzero(got != want)
+    assert not bad.size, f"{dname}: {bad.size} codes differ, e.g. x={x[bad[:4]].tolist()} got {got[bad[:4]]} want {want[bad[:4]]}"
+
+
+def test_thread_default(monkeypatch):
+    monkeypatch.delenv("ASSAY_RECIPE_THREADS", raising=False)
+    n = R._threads()
+    assert 1 <= n <= R.MAX_THREADS
+    monkeypatch.setenv("ASSAY_RECIPE_THREADS", "3")
+    assert R._threads() == 3
+    r = R.Recipe(stream="t/x", seed=1, kind="normal", a=0.0, b=1.0, scale=1.0, dtype="bf16", shape=(3 * R.TASK + 5,))
+    assert np.array_equal(R.generate_codes(r, threads=1), R.generate_codes(r))
+
+
+def test_device_choice(monkeypatch):
+    """numpy unless told, or unless the input is GPU-sized and torch sees a GPU."""
+    monkeypatch.delenv("ASSAY_RECIPE_DEVICE", raising=False)
+    d = dtypes.get("bf16")
+    small = R.Recipe(stream="t/x", seed=1, kind="normal", a=0.0, b=1.0, scale=1.0, dtype="bf16", shape=(1000,))
+    assert R._device(None, small, d, "x") is None
+    big = R.Recipe(**{**small.__dict__, "shape": (R.AUTO_TORCH_MIN,)})
+    assert R._device("numpy", big, d, "x") is None
+    monkeypatch.setenv("ASSAY_RECIPE_DEVICE", "numpy")
+    assert R._device(None, big, d, "x") is None
