@@ -1,6 +1,8 @@
 // The assay CLI: subcommand entry points and shared options.
 #pragma once
 #include <cmath>
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -62,6 +64,11 @@ inline const CLI::Validator kFinitePositive(
       return {};
     },
     "FINITE>0");
+// The memory limit given by --max-memory or $ASSAY_MAX_MEMORY (main.cpp), or nullopt when neither
+// is: `gen` then budgets a fraction of the available memory (fixtures/gen/schedule.h).
+std::optional<int64_t> max_memory_given();
+void set_max_memory_given(int64_t bytes);
+
 // L0: $ASSAY_GOLDEN, else the installed data (<exe>/../share/assay/golden), else the source tree's
 // golden/ (InputError when none exists); L1/L2: <build>/golden-<level>.
 std::string default_golden_dir(const std::string& level);

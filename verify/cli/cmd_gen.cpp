@@ -1,5 +1,7 @@
 // assay gen: fixtures -> goldens. Cases run side by side (OpenMP), largest first, each with a share
-// of the -j threads by its work (fixtures/gen/schedule.h); HDF5 writes are serialised.
+// of the -j threads by its work, and only as many at once as fit into the memory budget by their
+// estimates (fixtures/gen/schedule.h CaseScheduler: --max-memory / $ASSAY_MAX_MEMORY, else 0.8 of
+// MemAvailable); HDF5 writes are serialised.
 //   assay gen [--op OP]... [--case GLOB] [--level L0|L1|L2] [--out DIR] [--check] [--list] [-j N]
 //             [--shard k/n]
 // --shard k/n: only the k-th of n work-balanced parts of the selected cases (a job array's task);
@@ -68,6 +70,7 @@ struct Job {
   double seconds = 0;
   double work = 1;    // gen::case_work: orders the cases and shares the threads
   int threads = 1;    // the threads its oracles ran on
+  double memory = 0;  // gen::case_memory on those threads: the bytes it was budgeted
   bool identical = false;  // --check: the stored golden's content hash equals the fresh one's
 };
 
@@ -197,8 +200,12 @@ int run_gen(const GenOpts& o, const Common& common) {
       if (part[i] == sh.k - 1) mine.push_back(std::move(jobs[i]));
     jobs = std::move(mine);
   }
+  const int total_threads = o.jobs > 0 ? o.jobs : omp_get_max_threads();
   if (o.list) {
-    for (const auto& j : jobs) std::cout << j.c->op << "/" << j.c->name << "  " << j.c->level << "\n";
+    // With the memory estimate on every thread of -j (fixtures/gen/schedule.h case_memory).
+    for (const auto& j : jobs)
+      std::cout << fmt::format("{}/{}  {}  {:.3g} GB\n", j.c->op, j.c->name, j.c->level,
+                               gen::case_memory(*j.op, *j.c, total_threads) / 1e9);
     return kExitPass;
   }
   if (!o.check) check_output_path((out / "MANIFEST").string(), "MANIFEST");  // before any golden is written
@@ -229,15 +236,29 @@ int run_gen(const GenOpts& o, const Common& common) {
   double total_work = 0;
   for (size_t i = 0; i < order.size(); ++i) order[i] = i, total_work += jobs[i].work;
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return jobs[a].work > jobs[b].work; });
-  gen::ThreadBudget budget(o.jobs > 0 ? o.jobs : omp_get_max_threads(), total_work, jobs.size());
+  // Memory: --max-memory / $ASSAY_MAX_MEMORY if given, else a fraction of what is available now.
+  const double mem_budget = max_memory_given() ? static_cast<double>(*max_memory_given()) : gen::default_memory_budget();
+  std::vector<double> works;
+  for (const size_t i : order) works.push_back(jobs[i].work);
+  gen::CaseScheduler budget(total_threads, mem_budget, works, [&](size_t k, int t) {
+    const Job& j = jobs[order[k]];
+    return gen::case_memory(*j.op, *j.c, t);
+  });
   omp_set_max_active_levels(2);
   rusage ru0{};
   getrusage(RUSAGE_SELF, &ru0);
 
-#pragma omp parallel for schedule(dynamic, 1) num_threads(std::max(1, std::min(budget.total(), n)))
+#pragma omp parallel for schedule(dynamic, 1) num_threads(std::max(1, std::min(budget.total_threads(), n)))
   for (int oi = 0; oi < n; ++oi) {
     Job& j = jobs[order[static_cast<size_t>(oi)]];
-    const int threads = budget.take(j.work);
+    const auto slot = budget.start(static_cast<size_t>(oi));  // waits until its memory estimate fits
+    const int threads = slot.threads;
+    j.memory = slot.bytes;
+    if (slot.alone) {
+#pragma omp critical(progress)
+      fmt::print(stderr, "gen: {}/{} needs about {:.3g} GB, more than the memory budget of {:.3g} GB: it runs alone\n",
+                 j.c->op, j.c->name, slot.bytes / 1e9, mem_budget / 1e9);
+    }
     omp_set_num_threads(threads);
     const auto s0 = std::chrono::steady_clock::now();
     const auto file = out / golden_rel_path(j.c->op, j.c->name);
@@ -300,7 +321,7 @@ int run_gen(const GenOpts& o, const Common& common) {
     }
     j.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
     j.threads = threads;
-    budget.give_back(threads);
+    budget.finish(static_cast<size_t>(oi), slot);
 #pragma omp critical(progress)
     {
       ++done;
@@ -402,14 +423,16 @@ int run_gen(const GenOpts& o, const Common& common) {
     js["out"] = out.string();
     js["seconds"] = secs;
     js["cpu_seconds"] = cpu_s;
-    js["threads"] = budget.total();
+    js["threads"] = budget.total_threads();
+    js["memory_budget"] = mem_budget;
+    js["memory_peak_estimate"] = budget.peak();
     if (!o.shard.empty()) js["shard"] = o.shard;
     js["exit_code"] = rc;
     for (const auto& j : jobs) {
       nlohmann::json a = nlohmann::json::array();
       for (const auto& x : j.agreement) a.push_back({{"tensor", x.tensor}, {"forms", x.form_a + " vs " + x.form_b}, {"max_rel", x.max_rel}});
       js["cases"].push_back({{"op", j.c->op}, {"case", j.c->name}, {"status", j.status}, {"seconds", j.seconds},
-                             {"threads", j.threads},
+                             {"threads", j.threads}, {"memory_estimate", j.memory},
                              {"agreement", a}, {"messages", j.messages}});
       if (o.check) js["cases"].back()["bit_identical"] = j.identical;
     }
@@ -442,9 +465,14 @@ int run_gen(const GenOpts& o, const Common& common) {
     const auto big = std::max_element(jobs.begin(), jobs.end(), [](const Job& a, const Job& b) { return a.seconds < b.seconds; });
     if (big != jobs.end())
       fmt::print("  CPU {:.1f} s in {:.1f} s on {} threads: {:.0f}% busy{}; longest case {}/{} {:.1f} s on {} thread{}\n",
-                 cpu_s, secs, budget.total(), secs > 0 ? 100.0 * cpu_s / (secs * budget.total()) : 0.0,
+                 cpu_s, secs, budget.total_threads(), secs > 0 ? 100.0 * cpu_s / (secs * budget.total_threads()) : 0.0,
                  o.shard.empty() ? "" : fmt::format(" (shard {})", o.shard), big->c->op, big->c->name, big->seconds,
                  big->threads, big->threads == 1 ? "" : "s");
+    if (!jobs.empty())
+      fmt::print("  memory: estimates of the cases running at once {:.3g} GB at most, {} at once at most, within a budget of "
+                 "{:.3g} GB ({})\n",
+                 budget.peak() / 1e9, budget.peak_running(), mem_budget / 1e9,
+                 max_memory_given() ? "--max-memory" : fmt::format("{:.0f}% of MemAvailable", 100 * gen::kMemoryFraction));
     if (o.check)
       fmt::print("  {}/{} bit-identical to the stored goldens (same content hash); the rest within 1e-12 relative\n",
                  std::count_if(jobs.begin(), jobs.end(), [](const Job& j) { return j.identical; }), n);
@@ -468,7 +496,8 @@ void add_gen(CLI::App& app, Common& common, int& rc) {
   s->add_flag("--json", common.json, "Machine-readable summary on stdout");
   s->add_flag("-q,--quiet", o->quiet, "No progress output");
   s->add_option("-j,--jobs", o->jobs,
-                "Threads in all, 1 to 256 (default: all cores): cases side by side, each with a share by its work")
+                "Threads in all, 1 to 256 (default: all cores): cases side by side, each with a share by its work, as "
+                "many at once as their memory estimates fit into --max-memory (default: 80% of MemAvailable)")
       ->check(CLI::Range(1, 256));
   s->add_option("--shard", o->shard, "Only part k of n (k/n) of the selected cases, split by work (job arrays)");
   s->callback([o, &common, &rc] { rc = run_gen(*o, common); });

@@ -86,6 +86,12 @@ std::string default_golden_dir(const std::string& level) {
   return std::string(ASSAY_BINARY_DIR) + "/golden-" + level;
 }
 
+namespace {
+std::optional<int64_t> g_max_memory;  // --max-memory / $ASSAY_MAX_MEMORY, when given
+}  // namespace
+std::optional<int64_t> max_memory_given() { return g_max_memory; }
+void set_max_memory_given(int64_t bytes) { g_max_memory = bytes; }
+
 // A size as --max-memory takes it: bytes, or a number with K, M, G or T (powers of 1024, an
 // optional trailing B or iB). Nothing else: 0, negative, garbage and overflow give nullopt.
 std::optional<int64_t> parse_size(std::string_view s) {
@@ -124,13 +130,17 @@ int main(int argc, char** argv) {
       return kExitInput;
     }
     set_memory_limit(*v);
+    cli::set_max_memory_given(*v);
   }
   CLI::App app{"assay " ASSAY_VERSION ": reference oracles, goldens and a differential gate for GPU kernels"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("assay ") + ASSAY_VERSION);
   // A global option, also accepted after the subcommand (fallthrough): `assay gen --max-memory 8G`.
   app.fallthrough();
-  app.add_option_function<int64_t>("--max-memory", [](const int64_t& b) { set_memory_limit(b); },
+  app.add_option_function<int64_t>("--max-memory", [](const int64_t& b) {
+    set_memory_limit(b);
+    cli::set_max_memory_given(b);
+  },
                                    "Refuse a tensor or dataset larger than this (bytes, or 512M / 8G; default: a quarter of RAM)")
       ->transform(CLI::AsSizeValue(false))
       ->check(CLI::PositiveNumber);

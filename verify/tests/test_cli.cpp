@@ -382,6 +382,39 @@ TEST_CASE("fixtures are found beside the goldens being judged, never from the wo
   CHECK(rg.code == 0);
 }
 
+TEST_CASE("gen --max-memory: a case over the memory budget runs alone and says so, and the goldens do not change", "[cpu][L0]") {
+  auto whole = tmpdir("gen_mem_whole"), tight = tmpdir("gen_mem_tight"), env = tmpdir("gen_mem_env");
+  REQUIRE(run("gen --op scaled_add --op quant -q -j 2 --out " + whole.string()).code == 0);
+  // 32 MB: below every case's estimate (the 64 MB base alone), above every tensor of these cases.
+  const auto r = run("gen --op scaled_add --op quant -j 2 --max-memory 32M --out " + tight.string());
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  int alone = 0;
+  std::istringstream ls(r.out);
+  for (std::string line; std::getline(ls, line);)
+    if (line.find("runs alone") != std::string::npos) {
+      ++alone;
+      // One line: the case, its estimate and the budget.
+      CHECK_THAT(line, assay_test::Contains("more than the memory budget of 0.0336 GB"));
+      CHECK_THAT(line, assay_test::Contains("needs about 0.0"));
+    }
+  CHECK_THAT(r.out, assay_test::Contains("gen: scaled_add/int_exact needs about"));
+  const auto listing = run("gen --op scaled_add --op quant --list");
+  CHECK(alone == assay_test::lines(listing.out));  // every case, once
+  CHECK_THAT(r.out, assay_test::Contains("1 at once at most, within a budget of 0.0336 GB (--max-memory)"));
+  CHECK(slurp(tight / "MANIFEST") == slurp(whole / "MANIFEST"));
+  // $ASSAY_MAX_MEMORY is the same budget; without either, 80% of MemAvailable.
+  const auto e = assay_test::run_assay("gen --op scaled_add -j 2 --out " + env.string(), "env ASSAY_MAX_MEMORY=32M ");
+  CHECK(e.code == 0);
+  CHECK_THAT(e.out, assay_test::Contains("runs alone"));
+  const auto d = run("gen --op scaled_add -j 2 --out " + env.string());
+  CHECK(d.code == 0);
+  CHECK(d.out.find("runs alone") == std::string::npos);
+  CHECK_THAT(d.out, assay_test::Contains("% of MemAvailable)"));
+  // --list gives each case's estimate.
+  CHECK_THAT(run("gen --op scaled_add --list").out, assay_test::Contains("scaled_add/int_exact  L0  0.0"));
+}
+
 TEST_CASE("gen --shard k/n: the shards' union is the whole selection, once each, and their goldens are the unsharded run's",
           "[cpu][L0]") {
   auto case_set = [](const std::string& listing) {
