@@ -141,6 +141,35 @@ def test_contiguity_assumption_is_caught_by_layout_only(impls, tmp_path, assay_b
     assert reason.startswith("relation layout"), reason
 
 
+def test_layout_runs_on_a_sampled_golden(impls, tmp_path, assay_bin, run_assay, repo, monkeypatch):
+    # A sampled golden keeps only some elements, so batch / continuation / varlen (which reassemble
+    # whole outputs from derived cases) do not apply; layout runs the whole case once and is judged at
+    # the sampled elements: a correct kernel passes it, a contiguity-assuming one fails it there.
+    fx = tmp_path / "fixtures"
+    fx.mkdir()
+    (fx / "ssd.toml").write_text((repo / "fixtures" / "ssd.toml").read_text() +
+                                 '\n[[case]]\nname = "sampled_layout"\nlevel = "L0"\nseed = 5\nB = 2\nT = 130\nH = 2\n'
+                                 'G = 1\nP = 4\nN = 8\nchunk_size = 64\ninitial_states = true\n'
+                                 'sample = { seqs = [1, 0], heads = [1, 0], tokens = 16 }\n')
+    gdir = tmp_path / "golden"
+    p = run_assay("gen", "--fixtures", fx, "--op", "ssd", "--case", "sampled_layout", "-q", "--out", gdir)
+    assert p.returncode == 0, p.stderr
+    monkeypatch.setenv("ASSAY_FIXTURES", str(fx))
+    kw = dict(cases=["sampled_layout"], golden_dir=gdir / "ssd", assay_bin=assay_bin, quiet=True, html=False, relations=True,
+              layout_offset=0)
+    rep = assay.check("ssd", impls.good, out=tmp_path / "good", **kw)
+    v = rep.verdicts()
+    assert v["sampled_layout"] == "Passed" and v["sampled_layout@layout"] == "Passed", str(rep)
+    reasons = {c: r for c, _, r in rep.rows}
+    for rel in ("batch.alone", "batch.extended", "continuation"):
+        assert v[f"sampled_layout@{rel}"] == "NotSupported" and "sampled golden" in reasons[f"sampled_layout@{rel}"]
+    bad = assay.check("ssd", impls.assumes_contiguous, out=tmp_path / "bad", **kw)
+    v = bad.verdicts()
+    assert v["sampled_layout"] == "Passed" and v["sampled_layout@layout"] in ("Incorrect", "Failed"), str(bad)
+    reason = {c: r for c, _, r in bad.rows}["sampled_layout@layout"]
+    assert reason.startswith("relation layout") and "[b=" in reason, reason  # the whole tensor's index
+
+
 def test_layout_parents_pass_2e31_with_small_tensors():
     class G:  # shapes only: mamba_ssm's dt of the 32-bit offset bug, seqlen 115,866, 128 heads
         op = "ssd"

@@ -623,7 +623,7 @@ CheckVerdict judge_values(const Judging& j, const Golden& g, const TolerancePoli
       if (!j.covered[k][i]) continue;
       ++v.covered;
       const double a = j.rel[k][i], b = j.base[k][i];
-      auto where = [&] { return fmt::format("{}, '{}' {}", j.where(ex, static_cast<int64_t>(i)), ex.name, ex.index_str(static_cast<int64_t>(i))); };
+      auto where = [&] { return fmt::format("{}, '{}' {}", j.where(ex, static_cast<int64_t>(i)), ex.name, o.element_str(static_cast<int64_t>(i))); };
       if (!same_bits(a, b)) {
         ++v.differing;
         if (std::isfinite(a) && std::isfinite(b)) worst_diff = std::max(worst_diff, std::fabs(a - b));
@@ -761,6 +761,13 @@ CheckVerdict judge_relation_file(const Golden& g, const TolerancePolicy& policy,
     size_t k = 0;
     while (k < g.outputs.size() && g.outputs[k].expected.name != ex.name) ++k;
     const uint64_t r = run_idx.at(k).at(static_cast<size_t>(flat));
+    const Output& o = g.outputs.at(k);
+    if (o.sampled) {  // (the layout check: one run of the whole case) element flat of the sample
+      int64_t inner = 1;
+      for (size_t d = 1; d < o.full_shape.size(); ++d) inner *= o.full_shape[d];
+      const int64_t seq = o.sample_offsets.at(static_cast<size_t>(flat)) / std::max<int64_t>(inner, 1);
+      return fmt::format("sequence {} ({})", seq, r ? runs[r - 1].first : std::string("?"));
+    }
     return r ? seq_label(runs[r - 1].second, runs[r - 1].first, ex, flat) : seq_label(-1, "", ex, flat);
   };
   return judge_values(j, g, policy, profile);
