@@ -88,7 +88,32 @@ uint64_t overflow_code(DType t, const DTypeInfo& in, const FloatCodes& c, uint64
   return sign | c.nan_code;  // e4m3: 0x7F | sign
 }
 
+// bf16 / fp16 of an fp64 whose result is a normal number of the format: the fp64 fraction rounded
+// to the format's mantissa bits in integers (to nearest, ties to even, a carry moving into the next
+// binade), the same code as the general path below. False for everything else (zero, NaN, Inf, a
+// subnormal or overflowing result), which the general path handles. The input path encodes every
+// element of a recipe tensor (billions at production scale), so this is its hot spot.
+template <int kMantBits, int kBias, int kEmax>
+bool encode_half_fast(double x, uint64_t& code) {
+  const uint64_t b = f64_bits(x);
+  const int e = static_cast<int>((b >> 52) & 0x7FF) - 1023;  // -1023: zero / fp64 subnormal; 1024: NaN / Inf
+  if (e < 1 - kBias || e > kEmax) return false;
+  constexpr int sh = 52 - kMantBits;
+  const uint64_t frac = b & ((uint64_t{1} << 52) - 1);
+  uint64_t q = frac >> sh;
+  const uint64_t rem = frac & ((uint64_t{1} << sh) - 1), half = uint64_t{1} << (sh - 1);
+  if (rem > half || (rem == half && (q & 1))) ++q;
+  int E = e;
+  if (q >> kMantBits) q = 0, ++E;  // rounded up to 2^(e + 1)
+  if (E > kEmax) return false;     // overflow: the general path applies the Overflow rule
+  code = ((b >> 63) << 15) | (static_cast<uint64_t>(E + kBias) << kMantBits) | q;
+  return true;
+}
+
 uint64_t encode_small(DType t, double x, Overflow ov) {
+  uint64_t fast = 0;
+  if (t == DType::bf16 && encode_half_fast<7, 127, 127>(x, fast)) return fast;
+  if (t == DType::f16 && encode_half_fast<10, 15, 15>(x, fast)) return fast;
   const DTypeInfo& in = info(t);
   const FloatCodes& c = codes(t);
   const uint64_t sign = std::signbit(x) ? (uint64_t{1} << (in.bits - 1)) : 0;
