@@ -330,8 +330,9 @@ int run_gen(const GenOpts& o, const Common& common) {
         fmt::print(stderr, "\r[{}{}] {}/{} {:<50.50}", std::string(static_cast<size_t>(f), '#'),
                    std::string(static_cast<size_t>(w - f), '.'), done, n, j.c->op + "/" + j.c->name);
         if (done == n) fmt::print(stderr, "\n");
-      } else if (!o.quiet && !common.json) {
-        fmt::print(stderr, "gen [{}/{}] {}/{} {} ({:.2f} s)\n", done, n, j.c->op, j.c->name, j.status, j.seconds);
+      } else if (!o.quiet) {  // also under --json (stdout): a run killed part way shows what it finished
+        fmt::print(stderr, "gen [{}/{}] {}/{} {} ({:.2f} s on {} threads)\n", done, n, j.c->op, j.c->name, j.status, j.seconds,
+                   threads);
       }
     }
   }
