@@ -78,6 +78,10 @@ void write_golden(const std::string& path, const Golden& g);
 // for readers that judge outputs and need no input values (the runner's parent, compare), so a
 // golden with a 2^31-element recipe input costs no 16 GB.
 Golden read_golden(const std::string& path, bool realize_recipes = true);
+// As read_golden(path, false), but recipe inputs are neither regenerated nor hashed (Tensor::data
+// empty, recipe_stale never set): for the GPU worker, which makes their codes (gen::recipe_codes)
+// and checks them against input_hashes itself (gen::codes_hash), one regeneration instead of two.
+Golden read_golden_recipes_unhashed(const std::string& path);
 
 std::string golden_rel_path(const std::string& op, const std::string& case_name);  // "<op>/<case>.h5"
 

@@ -117,9 +117,11 @@ int worker_main(const WorkerArgs& a) {
     for (const auto& p : a.plugins) kernels::load_plugin(p);
     k = kernels::find_kernel(a.kernel);
     if (!k) return fail("input_error", fmt::format("unknown kernel '{}'", a.kernel), kExitInput);
-    // Recipe inputs: codes made below, never fp64 values of the whole; the relations derive their
-    // inputs from the values, so with --relations they are regenerated whole.
-    g = read_golden(a.golden, a.relations);
+    // Recipe inputs: codes made below (and checked against their recorded hashes there, one
+    // regeneration), never fp64 values of the whole; the relations derive their inputs from the
+    // values, so with --relations they are regenerated whole.
+    g = a.relations ? read_golden(a.golden, true) : read_golden_recipes_unhashed(a.golden);
+    if (!g.recipe_stale.empty()) return fail("input_error", g.recipe_stale, kExitInput);
   } catch (const std::exception& e) {
     return fail("input_error", e.what(), kExitInput);
   }
@@ -152,13 +154,18 @@ int worker_main(const WorkerArgs& a) {
     const size_t eb = static_cast<size_t>(info(t.dtype).storage_bytes);
     std::vector<uint8_t> h;
     if (input_is_recipe(g, ii) && static_cast<int64_t>(t.data.size()) != numel(t.shape)) {
-      try {  // read_golden checked the recipe and that its codes hash to the recorded fnv1a64
+      try {
         h = gen::recipe_codes(*g.input_recipes[ii], t.name, [&](std::string_view f, std::string_view m) {
           throw InputError(fmt::format("{}: /inputs/{}: recipe: {}: {}", a.golden, t.name, f, m));
         });
       } catch (const std::exception& e) {
         return fail("input_error", e.what(), kExitInput);
       }
+      if (const std::string hh = gen::codes_hash(*g.input_recipes[ii], t.name, h); hh != g.input_hashes[ii])
+        return fail("input_error",
+                    fmt::format("{}: /inputs/{}: regenerated from its recipe, the codes hash to {} but the golden recorded {}",
+                                a.golden, t.name, hh, g.input_hashes[ii]),
+                    kExitInput);
     } else {
       h.resize(t.data.size() * eb);
       for (size_t i = 0; i < t.data.size(); ++i) {
