@@ -261,7 +261,7 @@ TEST_CASE("realize_at, recipe_hash and recipe_codes: the same bits, hash and cod
   };
   std::vector<gen::Recipe> rs;
   gen::Recipe a{"op/case/x", 9, gen::Dist::normal(0.5, 2), DType::bf16, {3, 70, 5}};
-  a.dist.specials = {{"nan", 3}, {"max", 2}, {"-zero", 4}};
+  a.dist.specials = {{"nan", 3}, {"max", 2}, {"-zero", 4}, {"inf", 2}, {"-inf", 1}};  // Inf: stored as Inf, not saturated
   rs.push_back(a);
   rs.push_back({"op/case/k", 10, gen::Dist::l2norm(), DType::f32, {4, 33, 16}});
   gen::Recipe u{"op/case/g", 11, gen::Dist::log_gate(-3, -0.1), DType::f16, {1 << 21}};
