@@ -93,8 +93,9 @@ uint64_t overflow_code(DType t, const DTypeInfo& in, const FloatCodes& c, uint64
 // binade), the same code as the general path below. False for everything else (zero, NaN, Inf, a
 // subnormal or overflowing result), which the general path handles. The input path encodes every
 // element of a recipe tensor (billions at production scale), so this is its hot spot.
-template <int kMantBits, int kBias, int kEmax>
+template <int kMantBits, int kBias>
 bool encode_half_fast(double x, uint64_t& code) {
+  constexpr int kEmax = kBias;  // IEEE-style: the all-ones exponent field is Inf / NaN
   const uint64_t b = f64_bits(x);
   const int e = static_cast<int>((b >> 52) & 0x7FF) - 1023;  // -1023: zero / fp64 subnormal; 1024: NaN / Inf
   if (e < 1 - kBias || e > kEmax) return false;
@@ -112,8 +113,8 @@ bool encode_half_fast(double x, uint64_t& code) {
 
 uint64_t encode_small(DType t, double x, Overflow ov) {
   uint64_t fast = 0;
-  if (t == DType::bf16 && encode_half_fast<7, 127, 127>(x, fast)) return fast;
-  if (t == DType::f16 && encode_half_fast<10, 15, 15>(x, fast)) return fast;
+  if (t == DType::bf16 && encode_half_fast<7, 127>(x, fast)) return fast;
+  if (t == DType::f16 && encode_half_fast<10, 15>(x, fast)) return fast;
   const DTypeInfo& in = info(t);
   const FloatCodes& c = codes(t);
   const uint64_t sign = std::signbit(x) ? (uint64_t{1} << (in.bits - 1)) : 0;

@@ -517,17 +517,18 @@ static gen::Recipe read_recipe(const h5::File& f, const std::string& grp, DType 
   return r;
 }
 
-Golden read_golden(const std::string& path, bool realize_recipes) {
+// Probed in a child first (an HDF5 crash there is an input error, not ours), then read here.
+static Golden read_golden_probed(const std::string& path, Regen regen) {
   std::lock_guard<std::recursive_mutex> lk(h5::library_mutex());
   h5::probe_in_child(path, [&] { (void)read_golden_here(path, Regen::check); });
-  return read_golden_here(path, realize_recipes ? Regen::values : Regen::hash);
+  return read_golden_here(path, regen);
 }
 
-Golden read_golden_recipes_unhashed(const std::string& path) {
-  std::lock_guard<std::recursive_mutex> lk(h5::library_mutex());
-  h5::probe_in_child(path, [&] { (void)read_golden_here(path, Regen::check); });
-  return read_golden_here(path, Regen::check);
+Golden read_golden(const std::string& path, bool realize_recipes) {
+  return read_golden_probed(path, realize_recipes ? Regen::values : Regen::hash);
 }
+
+Golden read_golden_recipes_unhashed(const std::string& path) { return read_golden_probed(path, Regen::check); }
 
 static Golden read_golden_here(const std::string& path, Regen regen) {
   auto f = h5::File::open_read(path);
