@@ -147,3 +147,37 @@ def test_one_config_falls_back_to_the_next_config_that_fits(monkeypatch):
     assert t.configs == ["big"]
     assert autotuner.Autotuner.run(t) == "small" and tried == ["big", "small"]
     assert triton
+
+
+def test_per_sequence_hands_each_sequence_as_a_b1_view_and_stacks_the_outputs():
+    # scripts/gpu_scale's explanation of a batched failure: the same kernel once per sequence.
+    import numpy as np
+    from types import SimpleNamespace
+
+    ps = importlib.import_module("conformance.per_sequence")
+    x = np.arange(15.0).reshape(3, 5)
+    A = np.array([0.5, 2.0])
+    reads = []
+
+    class G:
+        case = {"B": 3, "chunk_size": 4}
+        axes = {"x": ("B", "T"), "A": ("H",)}
+        outputs = {"out": SimpleNamespace(axes=("B", "T")), "total": SimpleNamespace(axes=())}
+        case_name = "c"
+
+        def to_torch(self, device=None, names=None):
+            reads.append(device)
+            return {"x": x, "A": A}
+
+    seen = []
+
+    def fn(g):
+        t = g.to_torch(device="cuda")
+        seen.append((g.case["B"], g.case["chunk_size"], g.case_name, t["x"].shape, np.shares_memory(t["x"], x), t["A"] is A))
+        return {"out": t["x"] * A[1], "total": t["x"].sum()}
+
+    out = ps.per_sequence(fn, device="cpu")(G())
+    assert reads == ["cpu"]  # the inputs made once, every sequence a view of them
+    assert seen == [(1, 4, "c", (1, 5), True, True)] * 3
+    np.testing.assert_array_equal(out["out"], x * 2.0)
+    assert out["total"] == x[2].sum()  # no B axis: the last call's

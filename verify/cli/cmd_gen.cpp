@@ -70,6 +70,7 @@ struct Job {
   double seconds = 0;
   double work = 1;    // gen::case_work: orders the cases and shares the threads
   int threads = 1;    // the threads its oracles ran on
+  int lent = 0;       // the most threads of ended cases it borrowed at once (fixtures/gen/lend.h)
   double memory = 0;  // gen::case_memory on those threads: the bytes it was budgeted
   bool identical = false;  // --check: the stored golden's content hash equals the fresh one's
 };
@@ -263,6 +264,7 @@ int run_gen(const GenOpts& o, const Common& common) {
                  j.c->op, j.c->name, slot.bytes / 1e9, mem_budget / 1e9);
     }
     omp_set_num_threads(threads);
+    const gen::LenderScope lend(&budget.lender(static_cast<size_t>(oi)));  // threads of ended cases, once all started
     const auto s0 = std::chrono::steady_clock::now();
     const auto file = out / golden_rel_path(j.c->op, j.c->name);
     try {
@@ -280,7 +282,10 @@ int run_gen(const GenOpts& o, const Common& common) {
 #pragma omp critical(hdf5)
           {
             try {
-              stored = read_golden(file.string(), false);  // inputs compared by hash: no fp64 values held
+              // Inputs compared by hash, a recipe input by its recipe and recorded hash against the
+              // case's and the fresh codes' (golden_diff): not regenerated a second time, and
+              // nothing slow inside this critical section, which every case's HDF5 access shares.
+              stored = read_golden_recipes_unhashed(file.string());
             } catch (const std::exception& e) {
               j.messages.push_back(e.what());
             }
@@ -324,6 +329,7 @@ int run_gen(const GenOpts& o, const Common& common) {
     }
     j.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
     j.threads = threads;
+    j.lent = budget.peak_borrowed(static_cast<size_t>(oi));
     budget.finish(static_cast<size_t>(oi), slot);
 #pragma omp critical(progress)
     {
@@ -334,8 +340,8 @@ int run_gen(const GenOpts& o, const Common& common) {
                    std::string(static_cast<size_t>(w - f), '.'), done, n, j.c->op + "/" + j.c->name);
         if (done == n) fmt::print(stderr, "\n");
       } else if (!o.quiet) {  // also under --json (stdout): a run killed part way shows what it finished
-        fmt::print(stderr, "gen [{}/{}] {}/{} {} ({:.2f} s on {} threads)\n", done, n, j.c->op, j.c->name, j.status, j.seconds,
-                   threads);
+        fmt::print(stderr, "gen [{}/{}] {}/{} {} ({:.2f} s on {} threads{})\n", done, n, j.c->op, j.c->name, j.status, j.seconds,
+                   threads, j.lent ? fmt::format(", up to {} more lent", j.lent) : "");
       }
     }
   }
@@ -436,7 +442,7 @@ int run_gen(const GenOpts& o, const Common& common) {
       nlohmann::json a = nlohmann::json::array();
       for (const auto& x : j.agreement) a.push_back({{"tensor", x.tensor}, {"forms", x.form_a + " vs " + x.form_b}, {"max_rel", x.max_rel}});
       js["cases"].push_back({{"op", j.c->op}, {"case", j.c->name}, {"status", j.status}, {"seconds", j.seconds},
-                             {"threads", j.threads}, {"memory_estimate", j.memory},
+                             {"threads", j.threads}, {"threads_lent", j.lent}, {"memory_estimate", j.memory},
                              {"agreement", a}, {"messages", j.messages}});
       if (o.check) js["cases"].back()["bit_identical"] = j.identical;
     }

@@ -748,6 +748,14 @@ std::vector<std::string> golden_diff(const Golden& fresh, const Golden& stored, 
     if (s->dtype != t.dtype || s->shape != t.shape) d.push_back(fmt::format("input '{}': dtype or shape differs", t.name));
     else if (fresh.input_hashes[i] != stored.input_hashes[si])
       d.push_back(fmt::format("input '{}': bits differ (hash {} vs {})", t.name, fresh.input_hashes[i], stored.input_hashes[si]));
+    // A recipe input: the stored recipe must be the case's, so that its recorded hash (compared
+    // above with the fresh codes' hash) is the hash of what the stored recipe regenerates.
+    const bool fr = i < fresh.input_recipes.size() && fresh.input_recipes[i].has_value();
+    const bool sr = si < stored.input_recipes.size() && stored.input_recipes[si].has_value();
+    if (fr != sr) d.push_back(fmt::format("input '{}': stored as {}, the case stores it as {}", t.name, sr ? "a recipe" : "values",
+                                          fr ? "a recipe" : "values"));
+    else if (fr && !(*fresh.input_recipes[i] == *stored.input_recipes[si]))
+      d.push_back(fmt::format("input '{}': the stored recipe differs from the case's", t.name));
   }
   if (fresh.outputs.size() != stored.outputs.size()) d.push_back("different number of outputs");
   for (const auto& o : fresh.outputs) {

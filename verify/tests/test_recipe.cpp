@@ -9,6 +9,8 @@
 #include <fstream>
 #include <string>
 
+#include <fmt/ranges.h>
+
 #include "catch_compat.h"
 #include "fixtures/gen/op.h"
 #include "reference/core/check.h"
@@ -123,7 +125,12 @@ TEST_CASE("a recipe golden round-trips: regenerated codes equal the values golde
   const auto st = check_stale(rr, fx_recipe);
   INFO(st.reason);
   CHECK_FALSE(st.stale);
-  CHECK(golden_diff(rv, rr).size() == 1);  // only the case text (inputs = "recipe") differs
+  // The case text (inputs = "recipe") and how x and y are stored differ, nothing else.
+  const auto diff = golden_diff(rv, rr);
+  REQUIRE(diff.size() == 3);
+  CHECK(diff[0] == "case text differs");
+  CHECK(diff[1] == "input 'x': stored as a recipe, the case stores it as values");
+  CHECK(diff[2] == "input 'y': stored as a recipe, the case stores it as values");
   CHECK(fs::file_size(pr) < fs::file_size(pv));
 }
 
@@ -131,7 +138,8 @@ TEST_CASE("an edited recipe parameter or hash makes the golden Stale with one li
   const auto dir = test_dir("edit");
   const auto fx = write_fixture(dir, "inputs = \"recipe\"\n");
   const auto path = (dir / "g.h5").string();
-  write_golden(path, gen_golden(fx));
+  const Golden fresh = gen_golden(fx);
+  write_golden(path, fresh);
   REQUIRE_FALSE(check_stale(read_golden(path), "").stale);
   auto edited = [&](const std::string& tag, auto&& edit) {
     const auto p = (dir / (tag + ".h5")).string();
@@ -166,7 +174,16 @@ TEST_CASE("an edited recipe parameter or hash makes the golden Stale with one li
     // Read without the values (the runner's parent, compare): the streamed hash sees the same edit.
     const auto h = read_golden(p, false);
     CHECK(check_stale(h, "").reason == st.reason);
+    // gen --check reads the stored golden unhashed and compares its recipes and recorded hashes
+    // with the fresh golden's (golden_diff): the edit is a mismatch naming the input.
+    const auto u = read_golden_recipes_unhashed(p);
+    const auto diff = golden_diff(fresh, u);
+    INFO(fmt::format("{}", fmt::join(diff, "; ")));
+    REQUIRE(diff.size() == 1);
+    CHECK_THAT(diff[0], assay_test::Contains(tag == "kind" || tag == "seed" || tag == "hash" ? "input 'y'" : "input 'x'"));
+    CHECK_THAT(diff[0], assay_test::Contains(tag == "hash" ? "bits differ" : "the stored recipe differs"));
   }
+  CHECK(golden_diff(fresh, read_golden_recipes_unhashed(path)).empty());
   // ... and keeps no values of a recipe input, the same hashes.
   const auto lean = read_golden(path, false);
   CHECK(lean.input("x")->data.empty());

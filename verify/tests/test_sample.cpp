@@ -5,11 +5,14 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 
+#include <omp.h>
 #include <unistd.h>
 
 #include "catch_compat.h"
 #include "fixtures/gen/case.h"
+#include "fixtures/gen/lend.h"
 #include "fixtures/gen/op.h"
 #include "reference/core/check.h"
 #include "verify/io/golden.h"
@@ -279,4 +282,59 @@ TEST_CASE("a malformed sampled golden is an input error naming file and dataset,
                                 CaseFields::Value{std::vector<int64_t>{int64_t{1} << 40, int64_t{1} << 40, 2, 4}});
              }),
              assay_test::Contains("/expected/out"));
+}
+
+namespace {
+// Lends up to `pool` threads whenever asked (gen's CaseScheduler lends only what ended cases left).
+struct CountingLender : gen::ThreadLender {
+  std::mutex m;
+  int pool, out = 0, peak = 0, to_slices = 0, to_hashing = 0;
+  explicit CountingLender(int p) : pool(p) {}
+  int take(int want, int& counter) {
+    std::lock_guard<std::mutex> lk(m);
+    const int k = std::max(0, std::min(want, pool - out));
+    out += k, counter += k, peak = std::max(peak, out);
+    return k;
+  }
+  int borrow(int want) override { return take(want, to_hashing); }  // recipe_hash's batches
+  void repay(int n) override {
+    std::lock_guard<std::mutex> lk(m);
+    out -= n;
+  }
+  int borrow_wait(int want, const std::function<bool()>& stop) override {  // run_sampled's slices
+    return stop() ? 0 : take(want, to_slices);
+  }
+};
+}  // namespace
+
+TEST_CASE("sampled with lent threads: slices and recipe hashing on borrowed threads give the same golden, all repaid",
+          "[cpu][L0]") {
+  const gen::OpDef* d = gen::find_op("gated_delta");
+  REQUIRE(d);
+  // v: 2 x 1024 x 8 x 128 = 2^21 elements, two hash blocks; six slices.
+  const auto fx = fixture("lend", "gated_delta",
+                          "B = 2\nT = 1024\nH = 2\nHV = 8\nK = 16\nV = 128\nchunk_size = 64\nqk_l2norm = true\n"
+                          "inputs = \"recipe\"\nsample = { seqs = [0, 1, 0, 1, 0, 1], heads = [0, 7, 3, 4, 5, 1], tokens = 16 }\n");
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(1);  // the case's own thread; the rest is lent
+  const gen::Generated alone = gen::generate_case(*d, fx.cases.at(0));
+  CountingLender lend(3);
+  gen::Generated lent;
+  {
+    const gen::LenderScope scope(&lend);
+    lent = gen::generate_case(*d, fx.cases.at(0));
+  }
+  omp_set_num_threads(saved);
+  CHECK(lend.to_slices > 0);
+  CHECK(lend.to_hashing > 0);
+  CHECK(lend.peak <= 3);
+  CHECK(lend.out == 0);  // every borrowed thread repaid
+  CHECK(lent.input_hashes == alone.input_hashes);
+  REQUIRE(lent.result.outputs.size() == alone.result.outputs.size());
+  for (size_t o = 0; o < lent.result.outputs.size(); ++o) {
+    const auto& a = lent.result.outputs[o].expected.data;
+    const auto& b = alone.result.outputs[o].expected.data;
+    REQUIRE(a.size() == b.size());
+    CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0);
+  }
 }
