@@ -245,9 +245,10 @@ int run_gen(const GenOpts& o, const Common& common) {
     const Job& j = jobs[order[k]];
     return gen::case_memory(*j.op, *j.c, t);
   });
-  // Level 1: the cases; 2: a case's oracle loops, or a sampled case's slices (fixtures/gen/op.cpp
-  // run_sampled); 3: a slice's oracle loops, on its share of the case's threads (attention splits a
-  // slice's query tiles; the others' loops over (sequence, head) have one item there).
+  // Level 1: the cases; 2: a case's oracle loops or a recipe input's block hashing; 3: loops those
+  // nest. A sampled case's slices run on std::threads (fixtures/gen/op.cpp run_sampled), each its own
+  // OpenMP initial thread with its share of the case's threads (attention splits a slice's query
+  // tiles; the others' loops over (sequence, head) have one item there).
   omp_set_max_active_levels(3);
   rusage ru0{};
   getrusage(RUSAGE_SELF, &ru0);
