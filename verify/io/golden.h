@@ -89,8 +89,9 @@ std::string golden_rel_path(const std::string& op, const std::string& case_name)
 
 namespace assay {
 // Differences between a freshly generated golden and a stored one, as one line each:
-// inputs must be bit-identical, outputs/bounds/intermediates within `rel` (agreement_rel),
-// rounded codes identical, case text identical. Empty = the same golden.
+// inputs must be bit-identical (by hash) and stored alike (a recipe input by the same recipe, so
+// the stored golden may be read unhashed), outputs/bounds/intermediates within `rel`
+// (agreement_rel), rounded codes identical, case text identical. Empty = the same golden.
 std::vector<std::string> golden_diff(const Golden& fresh, const Golden& stored, double rel = 1e-12);
 // Content hashes (FNV-1a 64, 16 hex digits), so that any edit of a golden is Stale:
 //   golden_hashes: one per output-side dataset (/expected, /rounded, /bounds, /allowed_mask, /alt,
