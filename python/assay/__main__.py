@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 
 from .check import check
@@ -50,6 +51,8 @@ def main(argv=None) -> int:
                    help="kill a kernel (or the --impl import) still running after this long: that case is Hung "
                         "(default 300; 0: no limit)")
     c.add_argument("--quiet", action="store_true", help="do not print the verdict table")
+    c.add_argument("-v", "--verbose", action="store_true",
+                   help="print each phase's time on stderr: recipe inputs regenerated, the kernel, its candidate, compare")
     c.add_argument("--relations", action="append", default=None, metavar="FAMILY", nargs="?", const="all",
                    help="also run the relations that need no oracle (batch, continuation, varlen, layout; repeatable; "
                         "bare: all); the related runs call the kernel in this process")
@@ -81,6 +84,9 @@ def main(argv=None) -> int:
             raise AssayError(f"--impl {a.impl}: expected module.path:function")
         if not a.timeout >= 0 or a.timeout == float("inf"):
             raise AssayError(f"--timeout {a.timeout:g}: expected seconds >= 0 (0: no limit)")
+        if a.verbose:
+            logging.basicConfig(format="assay: %(message)s", stream=sys.stderr)
+            logging.getLogger("assay").setLevel(logging.INFO)
         # The kernel as "module:function": imported and run in a child process, not here.
         rep = check(a.op, a.impl, cases=a.cases or "*", level=a.level, profile=a.profile, out=a.out,
                     golden_dir=a.golden_dir, html=html, assay_bin=a.assay_bin, quiet=a.quiet,

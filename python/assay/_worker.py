@@ -11,7 +11,8 @@
 # compare gives "Hung:" the verdict Hung, every other .error Failed.
 #
 # Protocol (one JSON object a line, on two pipes of their own; the kernel's stdin is /dev/null and its
-# stdout / stderr are the parent's): the parent sends {"impl", "sys_path", "name", "profile"}, the
+# stdout / stderr are the parent's): the parent sends {"impl", "sys_path", "name", "profile",
+# "log_phases"} (log_phases: the child logs its phase times to stderr too, as the parent does), the
 # child imports the kernel and answers {"ready": name} or {"usage": message}; then per case the parent
 # sends {"case", "golden", "candidate", "error"} and the child writes the candidate or .error itself
 # and answers {"done": case} (or {"usage": message} for an unreadable golden). The child runs in a
@@ -22,6 +23,7 @@ from __future__ import annotations
 import glob
 import importlib
 import json
+import logging
 import os
 import select
 import signal
@@ -38,6 +40,7 @@ from .golden import open as open_golden
 # The child's command line: `-m assay._worker` would run a second copy of this module (the package
 # imports it), so the child calls main() of the one the package imported.
 _CHILD = "import sys; from assay._worker import main; sys.exit(main())"
+_log = logging.getLogger("assay")  # phase times at INFO (python/README.md "Phase times")
 _EXIT_GRACE_S = 2.0  # how long a child whose pipe closed may take to exit before it is killed
 
 
@@ -70,6 +73,7 @@ def run_case(fn, name: str, gpath, cand: Path, err: Path, profile):
     raised (any exception, SystemExit included) or its outputs could not be written. KeyboardInterrupt
     goes through; an unreadable golden is an AssayError of the run."""
     golden = open_golden(gpath)
+    t0 = time.perf_counter()
     try:
         result = fn(golden)
     except KeyboardInterrupt:
@@ -77,9 +81,13 @@ def run_case(fn, name: str, gpath, cand: Path, err: Path, profile):
     except BaseException as e:  # the kernel's failure is the case's verdict
         _write_exc(err, e, f"raised by {name}")
         return
+    t1 = time.perf_counter()
+    _log.info("%s/%s: %s returned in %.1f s (its inputs' regeneration included)", golden.op, golden.case_name,
+              name, t1 - t0)
     try:
         outputs, inter = result if isinstance(result, tuple) and len(result) == 2 else (result, None)
         candidate.write(cand, golden, outputs, precision_profile=profile, intermediates=inter)
+        _log.info("%s/%s: candidate %s written in %.1f s", golden.op, golden.case_name, cand, time.perf_counter() - t1)
     except KeyboardInterrupt:
         raise
     except BaseException as e:
@@ -155,7 +163,8 @@ class Worker:
         mod = spec.partition(":")[0]
         path = [os.fspath(p) for p in sys.path if isinstance(p, (str, os.PathLike))]  # the child's sys.path
         try:
-            ok = self._send({"impl": spec, "sys_path": path, "name": name, "profile": profile})
+            ok = self._send({"impl": spec, "sys_path": path, "name": name, "profile": profile,
+                             "log_phases": _log.isEnabledFor(logging.INFO)})
             reply = self._receive() if ok else "eof"
         except BaseException:
             self._end(kill=True)
@@ -275,6 +284,11 @@ def main(argv=None) -> int:
     if not isinstance(init, dict):
         return 2
     sys.path[:] = init["sys_path"]
+    if init.get("log_phases") and not _log.handlers:  # the parent logs phase times: so does this process
+        h = logging.StreamHandler(sys.stderr)
+        h.setFormatter(logging.Formatter("assay: %(message)s"))
+        _log.addHandler(h)
+        _log.setLevel(logging.INFO)
     try:
         fn = load_impl(init["impl"])
     except AssayError as e:

@@ -16,10 +16,12 @@ from __future__ import annotations
 import fnmatch
 import glob
 import json
+import logging
 import os
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,6 +32,7 @@ from .errors import AssayError
 __all__ = ["CheckReport", "check", "find_binary", "repo_root"]
 
 LEVELS = ("L0", "L1", "L2")
+_log = logging.getLogger("assay")  # phase times at INFO (python/README.md "Phase times")
 
 
 def repo_root() -> Path:
@@ -368,7 +371,9 @@ def check(op: str, fn, cases="*", level: str = "L0", profile: str | None = None,
         cmd += ["--relations-dir", str(rdir)]
     if profile:
         cmd += ["--profile", profile]
+    t0 = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True)
+    _log.info("%s: assay compare judged %d case(s) in %.1f s", op, len(todo), time.perf_counter() - t0)
     report_json = None
     if json_path.is_file():
         try:

@@ -9,7 +9,9 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
@@ -25,6 +27,7 @@ __all__ = ["Golden", "OutputSpec", "open", "RECIPE_HASH_CHECK_BYTES"]
 # this many bytes: FNV-1a is sequential and runs in pure Python here (about 10 MB/s). The C++ reader
 # (assay verify, compare, inspect, gen --check) always checks.
 RECIPE_HASH_CHECK_BYTES = 1 << 20
+_log = logging.getLogger("assay")  # phase times at INFO (python/README.md "Phase times")
 
 
 @dataclass(frozen=True)
@@ -129,8 +132,11 @@ class _Inputs(Mapping):
             raise KeyError(name)
         r = self._recipes[name]
         where = f"{self._path}: /inputs/{name}"
+        t0 = time.perf_counter()
         codes = _recipe.generate_codes(r, where)
         d = dtypes.get(r.dtype)
+        _log.info("%s: regenerated from its recipe (%d %s elements) in %.1f s", where, codes.size, d.name,
+                  time.perf_counter() - t0)
         if codes.nbytes <= RECIPE_HASH_CHECK_BYTES:
             h = _recipe.input_hash(name, r.dtype, r.shape, codes)
             if h != self._hashes[name]:

@@ -135,6 +135,22 @@ def test_cli_exit_codes(impls, tmp_path, assay_bin, has_compare_dir, impl, code)
     assert "scaled_add:" in p.stdout and "int_exact" in p.stdout
 
 
+def test_cli_verbose_prints_phase_times(impls, tmp_path, assay_bin, has_compare_dir):
+    """--verbose: per case the kernel's and the candidate's seconds (from the kernel process), then
+    compare's (from the parent), on stderr; without it none of these lines."""
+    args = ["check", "--op", "scaled_add", "--impl", "sa_impls:good", "--out", tmp_path / "o", "--assay-bin",
+            assay_bin, "--no-html", "--cases", "int_*"]
+    p = _cli(impls, tmp_path, *args, "--verbose")
+    assert p.returncode == 0, p.stdout + p.stderr
+    lines = [ln for ln in p.stderr.splitlines() if ln.startswith("assay: ")]
+    assert len(lines) == 3, p.stderr
+    assert lines[0].startswith("assay: scaled_add/int_exact: sa_impls:good returned in ") and lines[0].endswith(" s (its inputs' regeneration included)")
+    assert lines[1].startswith("assay: scaled_add/int_exact: candidate ") and "int_exact.h5 written in " in lines[1]
+    assert lines[2].startswith("assay: scaled_add: assay compare judged 1 case(s) in ") and lines[2].endswith(" s")
+    q = _cli(impls, tmp_path, *args)
+    assert q.returncode == 0 and "returned in" not in q.stderr and "judged" not in q.stderr, q.stderr
+
+
 def test_cli_html_file_and_repeated_cases(impls, tmp_path, assay_bin, has_compare_dir):
     html = tmp_path / "elsewhere" / "mine.html"
     p = _cli(impls, tmp_path, "check", "--op", "scaled_add", "--impl", "sa_impls:broken", "--out", tmp_path / "o",

@@ -5,6 +5,7 @@
 # recipe and checks it against the hash Python computed); the same cases at 301,000 elements an
 # input, so that assay.recipe's blocks, tasks and threads all take part; and the fast path's pieces
 # (counters across 2^32, the integer-reduced log, the integer rounding) against plain statements.
+import logging
 import shutil
 import tomllib
 from pathlib import Path
@@ -169,6 +170,22 @@ def test_recipe_goldens_read_back_as_the_values_goldens(generated):
             d = dtypes.get(v.input_dtypes[n])
             assert np.array_equal(r.inputs[n].view(d.codes), v.inputs[n].view(d.codes)), f"{vp.name}: {n}"
             assert r.axes[n] == v.axes[n]
+
+
+def test_regeneration_time_is_logged(generated, caplog):
+    """Each recipe input regenerated logs one INFO line on the "assay" logger naming it, with its
+    element count and seconds (python/README.md "Phase times"); an input held as values logs none."""
+    vp = sorted((generated / "recipe" / "golden" / "scaled_add").glob("*.h5"))[0]
+    with caplog.at_level(logging.INFO, logger="assay"):
+        g = assay.golden.open(vp)
+        for n in ("x", "y"):
+            g.inputs[n]
+            g.inputs[n]  # the second access reuses the codes: no second line
+        assay.golden.open(generated / "values" / "golden" / "scaled_add" / vp.name).inputs["x"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "assay"]
+    assert len(lines) == 2, lines
+    for n, line in zip(("x", "y"), lines):
+        assert f"/inputs/{n}: regenerated from its recipe ({g.inputs[n].size} " in line and line.endswith(" s")
 
 
 def test_python_regenerates_the_committed_goldens_inputs(goldens, record_summary):
