@@ -6,9 +6,9 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 
+from ._worker import log_phases_to_stderr
 from .check import check
 from .errors import AssayError
 from .golden import open as open_golden
@@ -85,8 +85,7 @@ def main(argv=None) -> int:
         if not a.timeout >= 0 or a.timeout == float("inf"):
             raise AssayError(f"--timeout {a.timeout:g}: expected seconds >= 0 (0: no limit)")
         if a.verbose:
-            logging.basicConfig(format="assay: %(message)s", stream=sys.stderr)
-            logging.getLogger("assay").setLevel(logging.INFO)
+            log_phases_to_stderr()
         # The kernel as "module:function": imported and run in a child process, not here.
         rep = check(a.op, a.impl, cases=a.cases or "*", level=a.level, profile=a.profile, out=a.out,
                     golden_dir=a.golden_dir, html=html, assay_bin=a.assay_bin, quiet=a.quiet,

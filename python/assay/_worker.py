@@ -44,6 +44,16 @@ _log = logging.getLogger("assay")  # phase times at INFO (python/README.md "Phas
 _EXIT_GRACE_S = 2.0  # how long a child whose pipe closed may take to exit before it is killed
 
 
+def log_phases_to_stderr():
+    """The "assay" logger's INFO records (phase times) as ``assay: <message>`` lines on stderr
+    (``python -m assay check --verbose``, and its kernel process)."""
+    if not _log.handlers:
+        h = logging.StreamHandler(sys.stderr)
+        h.setFormatter(logging.Formatter("assay: %(message)s"))
+        _log.addHandler(h)
+    _log.setLevel(logging.INFO)
+
+
 def fn_name(fn) -> str:
     """``module:qualname`` of a kernel, its name in the reports."""
     mod = getattr(fn, "__module__", None) or "?"
@@ -284,11 +294,8 @@ def main(argv=None) -> int:
     if not isinstance(init, dict):
         return 2
     sys.path[:] = init["sys_path"]
-    if init.get("log_phases") and not _log.handlers:  # the parent logs phase times: so does this process
-        h = logging.StreamHandler(sys.stderr)
-        h.setFormatter(logging.Formatter("assay: %(message)s"))
-        _log.addHandler(h)
-        _log.setLevel(logging.INFO)
+    if init.get("log_phases"):  # the parent logs phase times: so does this process
+        log_phases_to_stderr()
     try:
         fn = load_impl(init["impl"])
     except AssayError as e:
